@@ -1,0 +1,28 @@
+#pragma once
+// lynx::affinity_bin: SPEC §3.1 on the device.
+
+#include <cuda_runtime.h>
+
+#include "detail/kernels.cuh"
+#include "params.hpp"
+
+namespace lynx {
+
+/// Writes bins[t * N + e] = q[t, e] (int8, 0 .. -depth) for rows t < num_rows. Rows that do
+/// not vote (t >= valid, or no finite logit) are filled with lynx::no_vote.
+/// Needs no workspace; validates first and writes nothing on error.
+template <class T>
+cudaError_t affinity_bin(const T* logits, std::int64_t row_stride, int num_rows,
+                         token_count valid, const route_params& p, std::int8_t* bins,
+                         cudaStream_t stream = 0) {
+  if (const status s = check(p, num_rows, row_stride, valid, {logits, bins}); s != status::success)
+    return detail::to_cuda_error(s);
+  if (num_rows == 0 || (!valid.device_ptr && valid.value == 0)) return cudaSuccess;
+  constexpr int warps = detail::warp_block_threads / 32;
+  const int blocks = (num_rows + warps - 1) / warps;
+  detail::affinity_bin_kernel<T><<<blocks, detail::warp_block_threads, 0, stream>>>(
+      logits, row_stride, num_rows, valid, p.num_experts, p.alpha, detail::bin_depth(p.beta), bins);
+  return cudaGetLastError();
+}
+
+}  // namespace lynx

@@ -1,0 +1,25 @@
+#pragma once
+// Compile-time limits and the host/device qualifier shared by every Lynx header.
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define LYNX_HD __host__ __device__ __forceinline__
+#else
+#define LYNX_HD inline
+#endif
+
+namespace lynx {
+
+/// Largest expert count any entry point accepts (ranks are packed in 11 bits, ids in 16).
+inline constexpr int max_experts = 1024;
+/// Largest top-k any entry point accepts (per-row selection keeps k keys in registers).
+inline constexpr int max_top_k = 32;
+/// Deepest bin when beta = 0 ("no clamp"): SPEC §2 allows a documented saturation depth >= 15.
+inline constexpr int max_bin_depth = 31;
+/// Number of histogram digits kept per expert at most (bins 0 .. -max_bin_depth).
+inline constexpr int max_bins = max_bin_depth + 1;
+/// Bin value written for every entry of a row that does not vote (padding, or no finite logit).
+inline constexpr std::int8_t no_vote = -128;
+
+}  // namespace lynx

@@ -1,0 +1,42 @@
+#pragma once
+// The batch-wide expert histogram (SPEC §3.2) and its exact order.
+//
+// counts[j * n + e] = #{voting t : q[t,e] = -j}. H[e] = sum_j counts[j][e] * B^-j is a base-B
+// number whose digits are below B, so comparing two H values is comparing their digit vectors
+// lexicographically from bin 0 down: exact, whatever B is.
+//
+// Why a rank is enough for remap_topk: a token compares z only between experts of its own bin
+// q (z's integer part decides otherwise), and its support for both is the histogram minus the
+// same one-hot digit at q. So, inside a bin, z-order is the order of the full histograms, and
+// one integer per expert, rank[e] = #{o : H[o] > H[e]}, carries it.
+
+#include <cstdint>
+
+#include "config.hpp"
+
+namespace lynx {
+namespace detail {
+
+/// Lexicographic H[a] > H[b] over bins 0 .. nbins-1.
+LYNX_HD bool histogram_greater(const std::int32_t* counts, int n, int nbins, int a, int b) {
+  for (int j = 0; j < nbins; ++j) {
+    const std::int32_t ca = counts[j * n + a], cb = counts[j * n + b];
+    if (ca != cb) return ca > cb;
+  }
+  return false;
+}
+
+/// Competition rank of expert e: how many experts have a strictly greater histogram.
+LYNX_HD int histogram_rank(const std::int32_t* counts, int n, int nbins, int e) {
+  int r = 0;
+  for (int o = 0; o < n; ++o) r += histogram_greater(counts, n, nbins, o, e) ? 1 : 0;
+  return r;
+}
+
+/// Histogram digit j (bin -j) of a bin value, or -1 for a non-voting or malformed entry.
+LYNX_HD int bin_digit(std::int8_t q) {
+  return (q > 0 || q < -max_bin_depth) ? -1 : -static_cast<int>(q);
+}
+
+}  // namespace detail
+}  // namespace lynx

@@ -1,0 +1,239 @@
+#pragma once
+// Per-element and per-row math that the host path and the device kernels both run.
+// Everything here is integer-exact or a fixed sequence of fp32 operations, so host and
+// device agree bitwise on ids (SPEC §5); only expf may differ in its last bits.
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "config.hpp"
+
+namespace lynx {
+
+/// How the model turns router logits into weights (SPEC §2).
+enum class scoring : int { softmax = 0, sigmoid = 1 };
+
+namespace detail {
+
+LYNX_HD float to_float(float x) { return x; }
+LYNX_HD float to_float(__half x) { return __half2float(x); }
+LYNX_HD float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+/// SPEC §5: NaN counts as -inf, +inf as the largest finite float. -0 becomes +0 so that
+/// equal logits tie in the packed keys below.
+LYNX_HD float sanitize(float x) {
+  if (x != x) return -INFINITY;
+  if (x == INFINITY) return FLT_MAX;
+  return x == 0.0f ? 0.0f : x;
+}
+
+template <class T>
+LYNX_HD float load_logit(const T* row, int e) {
+  return sanitize(to_float(row[e]));
+}
+
+LYNX_HD std::uint32_t float_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  std::uint32_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+#endif
+}
+
+/// Order-preserving map of a non-NaN float to an unsigned integer.
+LYNX_HD std::uint32_t ordered_bits(float x) {
+  const std::uint32_t b = float_bits(x);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+LYNX_HD float bits_float(std::uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(b);
+#else
+  float x;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+#endif
+}
+
+LYNX_HD float fma_f32(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+/// exp for the weights, bitwise the same on host and device: Cody-Waite reduction and the
+/// Cephes expf polynomial, written with explicit fma and scaled by exponent arithmetic, so no
+/// compiler can contract it differently on either side (nvcc --fmad, gcc -ffp-contract).
+/// Relative error below 2.4e-7; results below FLT_MIN flush to 0.
+LYNX_HD float exp_f32(float x) {
+  if (!(x > -87.33654f)) return 0.0f;  // also -inf; NaN never reaches here (sanitized)
+  if (x > 88.72283f) return INFINITY;
+  const float n = rintf(x * 1.44269504088896341f);
+  float r = fma_f32(n, -0.693359375f, x);
+  r = fma_f32(n, 2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = fma_f32(p, r, 1.3981999507e-3f);
+  p = fma_f32(p, r, 8.3334519073e-3f);
+  p = fma_f32(p, r, 4.1665795894e-2f);
+  p = fma_f32(p, r, 1.6666665459e-1f);
+  p = fma_f32(p, r, 5.0000001201e-1f);
+  const float y = fma_f32(p, r * r, r) + 1.0f;
+  return bits_float(float_bits(y) + (static_cast<std::uint32_t>(static_cast<int>(n)) << 23));
+}
+
+LYNX_HD float sigmoid(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
+
+/// Deepest bin index (as a positive depth): -beta when beta > 0, else the saturation depth.
+LYNX_HD int bin_depth(int beta) { return beta > 0 ? beta : max_bin_depth; }
+
+/// SPEC §3.1 for one element: q = max(ceil(fp32(alpha * fp32(l - m))), -depth).
+/// The two roundings are part of the definition; there is no a*b+c here to contract.
+LYNX_HD int affinity_bin_of(float l, float m, float alpha, int depth) {
+  const float d = l - m;
+  const float x = alpha * d;
+  if (!(x > -static_cast<float>(depth))) return -depth;  // also -inf and NaN (-inf - -inf)
+  return static_cast<int>(ceilf(x));
+}
+
+// Packed selection keys: a larger key wins. The low 16 bits hold 0xFFFF - id so that equal
+// values go to the lower expert id (the vLLM/TRT-LLM trick).
+LYNX_HD std::uint64_t logit_key(float l, int e) {
+  return (static_cast<std::uint64_t>(ordered_bits(l)) << 16) |
+         static_cast<std::uint64_t>(0xFFFF - e);
+}
+
+/// SPEC §3.3 step 1 as one integer: own bin, then the expert's batch rank (0 = strongest
+/// histogram), then the logit, then the lower id. See score_experts for why a rank suffices.
+LYNX_HD std::uint64_t z_key(int q, int rank, float l, int e) {
+  return (static_cast<std::uint64_t>(q + max_bin_depth) << 59) |
+         (static_cast<std::uint64_t>(2047 - rank) << 48) | logit_key(l, e);
+}
+
+LYNX_HD int key_expert(std::uint64_t key) { return 0xFFFF - static_cast<int>(key & 0xFFFFu); }
+
+/// Keeps best[0..k) sorted descending; 0 is below every real key (ids < 0xFFFF).
+LYNX_HD void topk_push(std::uint64_t* best, int k, std::uint64_t key) {
+  if (key <= best[k - 1]) return;
+  int i = k - 1;
+  while (i > 0 && best[i - 1] < key) {
+    best[i] = best[i - 1];
+    --i;
+  }
+  best[i] = key;
+}
+
+LYNX_HD void topk_clear(std::uint64_t* best, int k) {
+  for (int i = 0; i < k; ++i) best[i] = 0;
+}
+
+template <class T>
+LYNX_HD float row_max(const T* row, int n) {
+  float m = -INFINITY;
+  for (int e = 0; e < n; ++e) m = fmaxf(m, load_logit(row, e));
+  return m;
+}
+
+/// Plain top-k of a row by logit (ties: lower id), SPEC §4.
+template <class T>
+LYNX_HD void plain_topk(const T* row, int n, int k, std::uint64_t* best) {
+  topk_clear(best, k);
+  for (int e = 0; e < n; ++e) topk_push(best, k, logit_key(load_logit(row, e), e));
+}
+
+/// The row's original top-k mass that "no renormalize" keeps (SPEC §3.3 step 4):
+/// softmax: sum of the top-k probabilities; sigmoid: sum of the top-k sigmoids.
+template <class T>
+LYNX_HD float original_mass(const T* row, int n, float m, const std::uint64_t* topk, int k,
+                            scoring s, bool renormalize) {
+  if (renormalize) return 1.0f;  // unused then; skips a pass of N exps
+  float top = 0.0f;
+  if (s == scoring::sigmoid) {
+    for (int i = 0; i < k; ++i) top += sigmoid(load_logit(row, key_expert(topk[i])));
+    return top;
+  }
+  float total = 0.0f;
+  for (int e = 0; e < n; ++e) total += exp_f32(load_logit(row, e) - m);
+  for (int i = 0; i < k; ++i) top += exp_f32(load_logit(row, key_expert(topk[i])) - m);
+  return top / total;
+}
+
+/// Weights of the chosen experts (SPEC §3.3 step 4), given in key order (logit descending,
+/// id ascending), which is also the output order. The sums run in that order on host and
+/// device alike. A chosen set whose terms all underflow gets weight 0, never NaN.
+template <class T>
+LYNX_HD void chosen_weights(const T* row, float m, const std::uint64_t* chosen, int k, scoring s,
+                            bool renormalize, float mass, float* w) {
+  float denom = 0.0f;
+  for (int i = 0; i < k; ++i) {
+    const float l = load_logit(row, key_expert(chosen[i]));
+    w[i] = s == scoring::sigmoid ? sigmoid(l) : exp_f32(l - m);
+    denom += w[i];
+  }
+  const float scale = renormalize ? 1.0f : mass;
+  for (int i = 0; i < k; ++i) w[i] = denom > 0.0f ? w[i] / denom * scale : 0.0f;
+}
+
+/// SPEC §5: the ids a non-voting row gets: the k lowest ids of the set the batch loads,
+/// filled up with the lowest other ids. `loaded` is a 0/1 flag per expert.
+LYNX_HD void pad_ids(const std::uint8_t* loaded, int n, int k, int* out) {
+  int c = 0;
+  for (int e = 0; e < n && c < k; ++e)
+    if (loaded[e]) out[c++] = e;
+  for (int e = 0; e < n && c < k; ++e)
+    if (!loaded[e]) out[c++] = e;
+}
+
+}  // namespace detail
+}  // namespace lynx
+
+namespace lynx {
+namespace detail {
+
+/// Writes one routed row in SPEC §3.3's order: descending weight, then ascending id. The
+/// weights are bitwise the same on host and device (exp_f32), so the order is too.
+template <class T, class IdT>
+LYNX_HD void emit_row(const T* row, float m, const std::uint64_t* chosen, int k, scoring s,
+                      bool renormalize, float mass, IdT* ids, float* weights) {
+  float w[max_top_k];
+  int id[max_top_k];
+  chosen_weights(row, m, chosen, k, s, renormalize, mass, w);
+  for (int i = 0; i < k; ++i) {  // insertion sort; chosen is already nearly in this order
+    const float wi = w[i];
+    const int ei = key_expert(chosen[i]);
+    int j = i;
+    while (j > 0 && (w[j - 1] < wi || (w[j - 1] == wi && id[j - 1] > ei))) {
+      w[j] = w[j - 1];
+      id[j] = id[j - 1];
+      --j;
+    }
+    w[j] = wi;
+    id[j] = ei;
+  }
+  for (int i = 0; i < k; ++i) {
+    ids[i] = static_cast<IdT>(id[i]);
+    weights[i] = w[i];
+  }
+}
+
+/// Writes a non-voting row (SPEC §5): the pad ids, or the sentinel, with weight 0.
+template <class IdT>
+LYNX_HD void emit_pad_row(const int* pad, int k, bool use_sentinel, int sentinel, IdT* ids,
+                          float* weights) {
+  for (int i = 0; i < k; ++i) {
+    ids[i] = static_cast<IdT>(use_sentinel ? sentinel : pad[i]);
+    weights[i] = 0.0f;
+  }
+}
+
+}  // namespace detail
+}  // namespace lynx

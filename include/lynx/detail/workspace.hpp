@@ -1,0 +1,60 @@
+#pragma once
+// Workspace carving for the device launchers (CUB style: the caller allocates, we slice).
+
+#include <cstddef>
+#include <cstdint>
+
+#include "config.hpp"
+
+namespace lynx {
+namespace detail {
+
+inline constexpr std::size_t workspace_alignment = 256;
+
+inline std::size_t align_up(std::size_t x) {
+  return (x + workspace_alignment - 1) / workspace_alignment * workspace_alignment;
+}
+
+/// Bump allocator over a caller-owned buffer; with a null base it only measures.
+struct workspace_carver {
+  char* base;
+  std::size_t used = 0;
+  template <class T>
+  T* take(std::size_t count) {
+    T* p = base ? reinterpret_cast<T*>(base + used) : nullptr;
+    used += align_up(count * sizeof(T));
+    return p;
+  }
+};
+
+/// remap_topk's scratch: per-expert flags (active, plain, final) and per-row vote/mass.
+struct remap_workspace {
+  std::uint8_t* flags;  // 3 * n bytes, zeroed by the launcher before use
+  std::uint8_t* votes;  // num_rows
+  float* row_mass;      // num_rows
+  remap_workspace(workspace_carver& c, int num_rows, int n)
+      : flags(c.take<std::uint8_t>(3 * static_cast<std::size_t>(n))),
+        votes(c.take<std::uint8_t>(num_rows)),
+        row_mass(c.take<float>(num_rows)),
+        n(n) {}
+  std::uint8_t* in_active() const { return flags; }
+  std::uint8_t* in_plain() const { return flags + n; }
+  std::uint8_t* in_final() const { return flags + 2 * n; }
+  int n;
+};
+
+/// route's scratch: the stage outputs, then remap_topk's scratch.
+struct route_workspace {
+  std::int8_t* bins;     // num_rows * n
+  std::int32_t* counts;  // max_bins * n
+  std::int32_t* ranks;   // n
+  remap_workspace remap;
+  route_workspace(workspace_carver& c, int num_rows, int n)
+      : bins(c.take<std::int8_t>(static_cast<std::size_t>(num_rows) * n)),
+        counts(c.take<std::int32_t>(static_cast<std::size_t>(max_bins) * n)),
+        ranks(c.take<std::int32_t>(n)),
+        remap(c, num_rows, n) {}
+};
+
+}  // namespace detail
+}  // namespace lynx

@@ -1,0 +1,187 @@
+#pragma once
+// The host path: the same stages and results as the device launchers, on host memory.
+// It is the test oracle for the kernels and a real router for CPU engines. Per-element math
+// comes from detail/row_math.hpp, which the kernels share, so ids agree bitwise (SPEC §5).
+//
+// Unlike the device launchers, host functions keep their scratch in std::vector.
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "detail/histogram_rank.hpp"
+#include "detail/row_math.hpp"
+#include "params.hpp"
+
+namespace lynx {
+
+namespace host {
+
+/// SPEC §3.1. Writes bins[t * N + e] for every row t < num_rows; rows that do not vote
+/// (t >= num_valid, or no finite logit) are filled with lynx::no_vote.
+template <class T>
+status affinity_bin(const T* logits, std::int64_t row_stride, int num_rows, int num_valid,
+                    const route_params& p, std::int8_t* bins) {
+  if (const status s = check(p, num_rows, row_stride, num_valid, {logits, bins});
+      s != status::success)
+    return s;
+  if (num_valid == 0) return status::success;  // B = 0: nothing to do
+  const int n = p.num_experts, depth = detail::bin_depth(p.beta);
+  for (int t = 0; t < num_rows; ++t) {
+    std::int8_t* out = bins + static_cast<std::int64_t>(t) * n;
+    const T* row = logits + t * row_stride;
+    const float m = t < num_valid ? detail::row_max(row, n) : -INFINITY;
+    for (int e = 0; e < n; ++e)
+      out[e] = m == -INFINITY ? no_vote
+                              : static_cast<std::int8_t>(detail::affinity_bin_of(
+                                    detail::load_logit(row, e), m, p.alpha, depth));
+  }
+  return status::success;
+}
+
+/// SPEC §3.2. counts[j * N + e] (j < histogram_bins(p)) and the exact rank of every expert
+/// (0 = greatest H; equal histograms share a rank).
+inline status score_experts(const std::int8_t* bins, int num_rows, const route_params& p,
+                            std::int32_t* counts, std::int32_t* ranks) {
+  if (const status s = check(p, num_rows, p.num_experts, num_rows, {bins, counts, ranks});
+      s != status::success)
+    return s;
+  const int n = p.num_experts, nbins = histogram_bins(p);
+  std::fill(counts, counts + static_cast<std::size_t>(nbins) * n, 0);
+  for (int t = 0; t < num_rows; ++t)
+    for (int e = 0; e < n; ++e) {
+      const int j = detail::bin_digit(bins[static_cast<std::int64_t>(t) * n + e]);
+      if (j >= 0 && j < nbins) ++counts[j * n + e];
+    }
+  // Sorting gives the same competition ranks as the kernels' all-pairs count in O(N log N).
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  const auto greater = [&](int a, int b) {
+    return detail::histogram_greater(counts, n, nbins, a, b);
+  };
+  std::sort(order.begin(), order.end(), greater);
+  for (int i = 0; i < n; ++i)
+    ranks[order[i]] = (i > 0 && !greater(order[i - 1], order[i])) ? ranks[order[i - 1]] : i;
+  return status::success;
+}
+
+namespace detail {
+
+inline int count_flags(const std::vector<std::uint8_t>& f) {
+  return static_cast<int>(std::count(f.begin(), f.end(), std::uint8_t{1}));
+}
+
+template <class IdT>
+void write_pad_rows(const std::vector<std::uint8_t>& loaded, const std::vector<std::uint8_t>& votes,
+                    int num_rows, const route_params& p, IdT* ids, float* weights) {
+  int pad[max_top_k];
+  lynx::detail::pad_ids(loaded.data(), p.num_experts, p.top_k, pad);
+  for (int t = 0; t < num_rows; ++t)
+    if (!votes[t])
+      lynx::detail::emit_pad_row(pad, p.top_k, p.pad_with_sentinel, p.sentinel_id,
+                                 ids + static_cast<std::int64_t>(t) * p.top_k,
+                                 weights + static_cast<std::int64_t>(t) * p.top_k);
+}
+
+}  // namespace detail
+
+/// SPEC §3.3 (and the never-worse guard, step 5), from the bins and ranks of the previous
+/// stages. Writes ids/weights [num_rows x k]; non-voting rows as SPEC §5 says.
+template <class T, class IdT>
+status remap_topk(const T* logits, std::int64_t row_stride, int num_rows, int num_valid,
+                  const std::int8_t* bins, const std::int32_t* ranks, const route_params& p,
+                  IdT* ids, float* weights) {
+  if (const status s =
+          check(p, num_rows, row_stride, num_valid, {logits, bins, ranks, ids, weights});
+      s != status::success)
+    return s;
+  if (num_rows == 0 || num_valid == 0) return status::success;
+  namespace d = lynx::detail;
+  const int n = p.num_experts, k = p.top_k;
+  std::vector<std::uint8_t> in_active(n, 0), in_plain(n, 0), in_final(n, 0), votes(num_rows, 0);
+  std::vector<std::uint64_t> plain(static_cast<std::size_t>(num_rows) * k);
+  std::vector<float> mass(num_rows), row_m(num_rows);
+  std::uint64_t best[max_top_k];
+
+  for (int t = 0; t < num_valid; ++t) {
+    const std::int8_t* q = bins + static_cast<std::int64_t>(t) * n;
+    if (q[0] == no_vote) continue;
+    votes[t] = 1;
+    const T* row = logits + t * row_stride;
+    row_m[t] = d::row_max(row, n);
+    d::topk_clear(best, k);
+    for (int e = 0; e < n; ++e) d::topk_push(best, k, d::z_key(q[e], ranks[e], d::load_logit(row, e), e));
+    for (int i = 0; i < k; ++i) in_active[d::key_expert(best[i])] = 1;
+    std::uint64_t* pk = plain.data() + static_cast<std::size_t>(t) * k;
+    d::plain_topk(row, n, k, pk);
+    for (int i = 0; i < k; ++i) in_plain[d::key_expert(pk[i])] = 1;
+    mass[t] = d::original_mass(row, n, row_m[t], pk, k, p.score, p.renormalize);
+  }
+  for (int t = 0; t < num_rows; ++t) {
+    if (!votes[t]) continue;
+    const T* row = logits + t * row_stride;
+    d::topk_clear(best, k);
+    for (int e = 0; e < n; ++e)
+      if (in_active[e]) d::topk_push(best, k, d::logit_key(d::load_logit(row, e), e));
+    for (int i = 0; i < k; ++i) in_final[d::key_expert(best[i])] = 1;
+    d::emit_row(row, row_m[t], best, k, p.score, p.renormalize, mass[t],
+                ids + static_cast<std::int64_t>(t) * k, weights + static_cast<std::int64_t>(t) * k);
+  }
+  const bool fallback = detail::count_flags(in_final) > detail::count_flags(in_plain);
+  if (fallback)
+    for (int t = 0; t < num_rows; ++t)
+      if (votes[t])
+        d::emit_row(logits + t * row_stride, row_m[t], plain.data() + static_cast<std::size_t>(t) * k,
+                    k, p.score, p.renormalize, mass[t], ids + static_cast<std::int64_t>(t) * k,
+                    weights + static_cast<std::int64_t>(t) * k);
+  detail::write_pad_rows(fallback ? in_plain : in_final, votes, num_rows, p, ids, weights);
+  return status::success;
+}
+
+/// The whole Lynx step: affinity_bin, score_experts, remap_topk.
+template <class T, class IdT>
+status route(const T* logits, std::int64_t row_stride, int num_rows, int num_valid,
+             const route_params& p, IdT* ids, float* weights) {
+  if (const status s = check(p, num_rows, row_stride, num_valid, {logits, ids, weights});
+      s != status::success)
+    return s;
+  if (num_rows == 0 || num_valid == 0) return status::success;
+  std::vector<std::int8_t> bins(static_cast<std::size_t>(num_rows) * p.num_experts);
+  std::vector<std::int32_t> counts(static_cast<std::size_t>(histogram_bins(p)) * p.num_experts);
+  std::vector<std::int32_t> ranks(p.num_experts);
+  affinity_bin(logits, row_stride, num_rows, num_valid, p, bins.data());
+  score_experts(bins.data(), num_rows, p, counts.data(), ranks.data());
+  return remap_topk(logits, row_stride, num_rows, num_valid, bins.data(), ranks.data(), p, ids,
+                    weights);
+}
+
+/// SPEC §4, the baseline router: plain top-k with the model's weighting; non-voting rows as
+/// SPEC §5 says (the set the batch loads is the union of the voting rows' top-k).
+template <class T, class IdT>
+status topk_route(const T* logits, std::int64_t row_stride, int num_rows, int num_valid,
+                  const route_params& p, IdT* ids, float* weights) {
+  if (const status s = check(p, num_rows, row_stride, num_valid, {logits, ids, weights});
+      s != status::success)
+    return s;
+  if (num_rows == 0 || num_valid == 0) return status::success;
+  namespace d = lynx::detail;
+  const int n = p.num_experts, k = p.top_k;
+  std::vector<std::uint8_t> in_plain(n, 0), votes(num_rows, 0);
+  std::uint64_t best[max_top_k];
+  for (int t = 0; t < num_valid; ++t) {
+    const T* row = logits + t * row_stride;
+    const float m = d::row_max(row, n);
+    if (m == -INFINITY) continue;
+    votes[t] = 1;
+    d::plain_topk(row, n, k, best);
+    for (int i = 0; i < k; ++i) in_plain[d::key_expert(best[i])] = 1;
+    d::emit_row(row, m, best, k, p.score, p.renormalize, d::original_mass(row, n, m, best, k, p.score, p.renormalize),
+                ids + static_cast<std::int64_t>(t) * k, weights + static_cast<std::int64_t>(t) * k);
+  }
+  detail::write_pad_rows(in_plain, votes, num_rows, p, ids, weights);
+  return status::success;
+}
+
+}  // namespace host
+}  // namespace lynx

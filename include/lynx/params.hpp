@@ -1,0 +1,139 @@
+#pragma once
+// Parameters, presets and argument checking shared by the host path and the device launchers.
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <optional>
+#include <string_view>
+
+#include "detail/config.hpp"
+#include "detail/row_math.hpp"
+
+namespace lynx {
+
+/// Everything that defines one routing step, apart from the batch itself.
+struct route_params {
+  int num_experts = 0;  ///< N, 2 .. max_experts (any value, not only powers of two)
+  int top_k = 0;        ///< k, 1 .. min(N, max_top_k)
+  float alpha = 1.0f;   ///< bins per nat of router log-ratio, > 0 (SPEC §2)
+  int beta = 0;         ///< deepest bin is -beta; 0 = no clamp (saturates at -max_bin_depth)
+  scoring score = scoring::softmax;
+  bool renormalize = true;
+  /// SPEC §5 option: non-voting rows get `sentinel_id` (weight 0) instead of loaded ids.
+  bool pad_with_sentinel = false;
+  int sentinel_id = -1;
+};
+
+/// The number of valid rows B: an immediate, or a device pointer that a CUDA graph replay
+/// may change without re-capture (FlashInfer style). Rows B .. num_rows-1 are padding.
+struct token_count {
+  int value = 0;
+  const int* device_ptr = nullptr;
+  token_count(int v) : value(v) {}  // NOLINT: an int converts implicitly
+  token_count(const int* p) : device_ptr(p) {}  // NOLINT
+};
+
+/// Why a call cannot run (CUTLASS style: a small enum with a string each).
+enum class status : int {
+  success = 0,
+  invalid_num_experts,
+  invalid_top_k,
+  invalid_alpha,
+  invalid_beta,
+  invalid_row_stride,
+  invalid_num_rows,
+  invalid_token_count,
+  null_pointer,
+  invalid_sentinel,
+};
+
+inline const char* status_string(status s) {
+  switch (s) {
+    case status::success: return "success";
+    case status::invalid_num_experts: return "num_experts must be in [2, lynx::max_experts]";
+    case status::invalid_top_k: return "top_k must be in [1, min(num_experts, lynx::max_top_k)]";
+    case status::invalid_alpha: return "alpha must be finite and > 0";
+    case status::invalid_beta: return "beta must be in [0, lynx::max_bin_depth]";
+    case status::invalid_row_stride: return "row_stride must be >= num_experts";
+    case status::invalid_num_rows: return "num_rows must be >= 0";
+    case status::invalid_token_count: return "the valid token count must be in [0, num_rows]";
+    case status::null_pointer: return "a required pointer is null";
+    case status::invalid_sentinel: return "sentinel_id must lie outside [0, num_experts)";
+  }
+  return "unknown status";
+}
+
+/// Checks the policy parameters alone.
+inline status check(const route_params& p) {
+  if (p.num_experts < 2 || p.num_experts > max_experts) return status::invalid_num_experts;
+  if (p.top_k < 1 || p.top_k > p.num_experts || p.top_k > max_top_k) return status::invalid_top_k;
+  if (!(p.alpha > 0.0f) || !std::isfinite(p.alpha)) return status::invalid_alpha;
+  if (p.beta < 0 || p.beta > max_bin_depth) return status::invalid_beta;
+  if (p.pad_with_sentinel && p.sentinel_id >= 0 && p.sentinel_id < p.num_experts)
+    return status::invalid_sentinel;
+  return status::success;
+}
+
+/// Checks one call: parameters, shapes, and that the pointers it needs are there.
+/// A host token count must lie in [0, num_rows]; a device one is clamped to it in the kernels.
+inline status check(const route_params& p, int num_rows, std::int64_t row_stride, token_count valid,
+                    std::initializer_list<const void*> required) {
+  if (const status s = check(p); s != status::success) return s;
+  if (num_rows < 0) return status::invalid_num_rows;
+  if (row_stride < p.num_experts) return status::invalid_row_stride;
+  if (!valid.device_ptr && (valid.value < 0 || valid.value > num_rows))
+    return status::invalid_token_count;
+  if (num_rows == 0 || (!valid.device_ptr && valid.value == 0)) return status::success;
+  for (const void* ptr : required)
+    if (!ptr) return status::null_pointer;
+  return status::success;
+}
+
+/// Histogram digits per expert for these parameters (bins 0 .. -depth).
+inline int histogram_bins(const route_params& p) { return detail::bin_depth(p.beta) + 1; }
+
+/// A shipped (alpha, beta) pair and the model shape it was tuned for (SPEC §2 table).
+struct preset {
+  std::string_view name;
+  int num_experts;
+  int top_k;
+  float alpha;
+  int beta;
+  scoring score;
+};
+
+inline constexpr preset presets[] = {
+    {"qwen2-57b-a14b", 64, 8, 3.0f, 4, scoring::softmax},
+    {"qwen3-30b-a3b", 128, 8, 3.0f, 2, scoring::softmax},
+    {"qwen3-30b-a3b-a1b1", 128, 8, 1.0f, 1, scoring::softmax},
+    {"qwen3-235b-a22b-instruct", 128, 8, 3.0f, 2, scoring::softmax},
+    {"qwen3-235b-a22b-thinking", 128, 8, 1.0f, 2, scoring::softmax},
+    {"mixtral-8x7b", 8, 2, 0.7f, 1, scoring::softmax},
+    {"mixtral-8x22b", 8, 2, 1.0f, 1, scoring::softmax},
+    {"deepseek-coder-v2", 160, 6, 1.0f, 2, scoring::softmax},
+    {"gpt-oss-120b", 128, 4, 3.0f, 2, scoring::softmax},
+    {"llama-4-scout", 16, 1, 1.0f, 0, scoring::sigmoid},
+    {"llama-4-maverick", 128, 1, 1.0f, 0, scoring::sigmoid},
+};
+
+inline std::optional<preset> find_preset(std::string_view name) {
+  for (const preset& p : presets)
+    if (p.name == name) return p;
+  return std::nullopt;
+}
+
+/// Parameters for a preset; the caller still chooses renormalize and padding behaviour.
+inline route_params params_from(const preset& pr, bool renormalize) {
+  route_params p;
+  p.num_experts = pr.num_experts;
+  p.top_k = pr.top_k;
+  p.alpha = pr.alpha;
+  p.beta = pr.beta;
+  p.score = pr.score;
+  p.renormalize = renormalize;
+  return p;
+}
+
+}  // namespace lynx

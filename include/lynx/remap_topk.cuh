@@ -1,0 +1,63 @@
+#pragma once
+// lynx::remap_topk: SPEC §3.3 on the device, from the outputs of affinity_bin and score_experts.
+
+#include <cuda_runtime.h>
+
+#include "detail/kernels.cuh"
+#include "detail/workspace.hpp"
+#include "params.hpp"
+
+namespace lynx {
+namespace detail {
+
+// Launches remap_topk's kernels on carved scratch (shared by remap_topk and route).
+template <class T, class IdT>
+cudaError_t launch_remap(const remap_workspace& ws, const T* logits, std::int64_t row_stride,
+                         int num_rows, token_count valid, const std::int8_t* bins,
+                         const std::int32_t* ranks, const route_params& p, IdT* ids,
+                         float* weights, cudaStream_t stream) {
+  const int n = p.num_experts, k = p.top_k, blocks = row_blocks(num_rows);
+  if (const cudaError_t e = cudaMemsetAsync(ws.flags, 0, 3 * static_cast<std::size_t>(n), stream);
+      e != cudaSuccess)
+    return e;
+  return dispatch_experts(n, [&](auto max_n) {
+    constexpr int MaxN = decltype(max_n)::value;
+    select_kernel<T, MaxN><<<blocks, row_block_threads, 0, stream>>>(
+        logits, row_stride, num_rows, valid, bins, ranks, n, k, p.score, p.renormalize, ws.votes,
+        ws.in_active(), ws.in_plain(), ws.row_mass);
+    final_kernel<T, IdT, MaxN><<<blocks, row_block_threads, 0, stream>>>(
+        logits, row_stride, num_rows, n, k, p.score, p.renormalize, ws.votes, ws.in_active(),
+        ws.row_mass, ws.in_final(), ids, weights);
+    finish_kernel<T, IdT, MaxN><<<blocks, row_block_threads, 0, stream>>>(
+        logits, row_stride, num_rows, n, k, p.score, p.renormalize, p.pad_with_sentinel,
+        p.sentinel_id, ws.votes, ws.in_plain(), ws.in_final(), ws.row_mass, ids, weights);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace detail
+
+/// Final experts and weights [num_rows x k] (SPEC §3.3, with the never-worse guard of step 5;
+/// non-voting rows as SPEC §5 says). CUB-style workspace: call once with workspace == nullptr
+/// to get workspace_bytes. No allocation, no synchronization, graph-capturable.
+template <class T, class IdT>
+cudaError_t remap_topk(void* workspace, std::size_t& workspace_bytes, const T* logits,
+                       std::int64_t row_stride, int num_rows, token_count valid,
+                       const std::int8_t* bins, const std::int32_t* ranks, const route_params& p,
+                       IdT* ids, float* weights, cudaStream_t stream = 0) {
+  if (const status s = check(p, num_rows, row_stride, valid, {logits, bins, ranks, ids, weights});
+      s != status::success)
+    return detail::to_cuda_error(s);
+  detail::workspace_carver carver{static_cast<char*>(workspace)};
+  const detail::remap_workspace ws(carver, num_rows, p.num_experts);
+  if (!workspace) {
+    workspace_bytes = carver.used;
+    return cudaSuccess;
+  }
+  if (workspace_bytes < carver.used) return cudaErrorInvalidValue;
+  if (num_rows == 0 || (!valid.device_ptr && valid.value == 0)) return cudaSuccess;
+  return detail::launch_remap(ws, logits, row_stride, num_rows, valid, bins, ranks, p, ids,
+                              weights, stream);
+}
+
+}  // namespace lynx

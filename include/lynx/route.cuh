@@ -1,0 +1,44 @@
+#pragma once
+// lynx::route: the whole Lynx step (affinity_bin -> score_experts -> remap_topk) on the device.
+
+#include <cuda_runtime.h>
+
+#include "affinity_bin.cuh"
+#include "detail/workspace.hpp"
+#include "remap_topk.cuh"
+#include "score_experts.cuh"
+
+namespace lynx {
+
+/// Routes rows [0, num_rows) of logits (row-major, row_stride >= N; float, __half or
+/// __nv_bfloat16) to k experts each, writing ids [num_rows x k] (int32_t or int64_t) and fp32
+/// weights [num_rows x k]. Rows >= valid are padding (SPEC §5). CUB-style: call with
+/// workspace == nullptr to get workspace_bytes; no allocation, no synchronization,
+/// graph-capturable, deterministic. Returns cudaErrorInvalidValue (nothing written) when
+/// lynx::check rejects the arguments.
+template <class T, class IdT>
+cudaError_t route(void* workspace, std::size_t& workspace_bytes, const T* logits,
+                  std::int64_t row_stride, int num_rows, token_count valid, const route_params& p,
+                  IdT* ids, float* weights, cudaStream_t stream = 0) {
+  if (const status s = check(p, num_rows, row_stride, valid, {logits, ids, weights});
+      s != status::success)
+    return detail::to_cuda_error(s);
+  detail::workspace_carver carver{static_cast<char*>(workspace)};
+  const detail::route_workspace ws(carver, num_rows, p.num_experts);
+  if (!workspace) {
+    workspace_bytes = carver.used;
+    return cudaSuccess;
+  }
+  if (workspace_bytes < carver.used) return cudaErrorInvalidValue;
+  if (num_rows == 0 || (!valid.device_ptr && valid.value == 0)) return cudaSuccess;
+  if (cudaError_t e = affinity_bin(logits, row_stride, num_rows, valid, p, ws.bins, stream);
+      e != cudaSuccess)
+    return e;
+  if (cudaError_t e = score_experts(ws.bins, num_rows, p, ws.counts, ws.ranks, stream);
+      e != cudaSuccess)
+    return e;
+  return detail::launch_remap(ws.remap, logits, row_stride, num_rows, valid, ws.bins, ws.ranks, p,
+                              ids, weights, stream);
+}
+
+}  // namespace lynx

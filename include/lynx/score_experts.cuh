@@ -1,0 +1,28 @@
+#pragma once
+// lynx::score_experts: SPEC §3.2 on the device, exact integer histograms (CUB block histograms).
+
+#include <cuda_runtime.h>
+
+#include "detail/kernels.cuh"
+#include "params.hpp"
+
+namespace lynx {
+
+/// From bins [num_rows x N] (affinity_bin's output), writes counts[j * N + e] =
+/// #{voting t : q[t,e] = -j} for j < histogram_bins(p), and ranks[e] = the number of experts
+/// whose histogram is lexicographically greater (SPEC §3.2: exact, order-independent).
+inline cudaError_t score_experts(const std::int8_t* bins, int num_rows, const route_params& p,
+                                 std::int32_t* counts, std::int32_t* ranks,
+                                 cudaStream_t stream = 0) {
+  if (const status s = check(p, num_rows, p.num_experts, num_rows, {bins, counts, ranks});
+      s != status::success)
+    return detail::to_cuda_error(s);
+  const int n = p.num_experts, nbins = histogram_bins(p);
+  constexpr int threads = 128, items = 4;
+  detail::histogram_kernel<threads, items><<<n, threads, 0, stream>>>(bins, num_rows, n, nbins, counts);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  detail::rank_kernel<<<1, 1024, 0, stream>>>(counts, n, nbins, ranks);
+  return cudaGetLastError();
+}
+
+}  // namespace lynx

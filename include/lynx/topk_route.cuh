@@ -1,0 +1,44 @@
+#pragma once
+// lynx::topk_route: the baseline router of SPEC §4 on the device (engines use it for prefill).
+
+#include <cuda_runtime.h>
+
+#include "detail/kernels.cuh"
+#include "detail/workspace.hpp"
+#include "params.hpp"
+
+namespace lynx {
+
+/// Plain top-k with the model's weighting (softmax -> top-k -> optional renormalize; sigmoid
+/// -> top-k). alpha and beta are ignored. Same conventions as lynx::route.
+template <class T, class IdT>
+cudaError_t topk_route(void* workspace, std::size_t& workspace_bytes, const T* logits,
+                       std::int64_t row_stride, int num_rows, token_count valid,
+                       const route_params& p, IdT* ids, float* weights, cudaStream_t stream = 0) {
+  if (const status s = check(p, num_rows, row_stride, valid, {logits, ids, weights});
+      s != status::success)
+    return detail::to_cuda_error(s);
+  detail::workspace_carver carver{static_cast<char*>(workspace)};
+  std::uint8_t* in_plain = carver.take<std::uint8_t>(p.num_experts);
+  std::uint8_t* votes = carver.take<std::uint8_t>(num_rows);
+  if (!workspace) {
+    workspace_bytes = carver.used;
+    return cudaSuccess;
+  }
+  if (workspace_bytes < carver.used) return cudaErrorInvalidValue;
+  if (num_rows == 0 || (!valid.device_ptr && valid.value == 0)) return cudaSuccess;
+  const int n = p.num_experts, k = p.top_k, blocks = detail::row_blocks(num_rows);
+  if (const cudaError_t e = cudaMemsetAsync(in_plain, 0, n, stream); e != cudaSuccess) return e;
+  detail::plain_kernel<T, IdT><<<blocks, detail::row_block_threads, 0, stream>>>(
+      logits, row_stride, num_rows, valid, n, k, p.score, p.renormalize, votes, in_plain, ids,
+      weights);
+  return detail::dispatch_experts(n, [&](auto max_n) {
+    detail::finish_kernel<T, IdT, decltype(max_n)::value>
+        <<<blocks, detail::row_block_threads, 0, stream>>>(
+            logits, row_stride, num_rows, n, k, p.score, p.renormalize, p.pad_with_sentinel,
+            p.sentinel_id, votes, in_plain, in_plain, nullptr, ids, weights);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace lynx

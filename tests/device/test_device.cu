@@ -1,0 +1,256 @@
+// The device launchers against the host path (SPEC §5: ids bitwise, weights to 2e-6),
+// for every logits type, id type and expert tier, including CUDA graph capture and replay
+// with a changed device-side token count. Skips when no CUDA device is present.
+#include <gtest/gtest.h>
+
+#include <thrust/copy.h>
+#include <thrust/device_vector.h>
+#include <thrust/host_vector.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include <lynx/lynx.cuh>
+
+#include "../support/random_logits.hpp"
+
+namespace {
+
+bool has_device() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+#define SKIP_WITHOUT_DEVICE() \
+  if (!has_device()) GTEST_SKIP() << "no CUDA device: device tests run on the accelerator machine"
+
+lynx::route_params params(int n, int k, float alpha, int beta,
+                          lynx::scoring s = lynx::scoring::softmax, bool renorm = true) {
+  lynx::route_params p;
+  p.num_experts = n;
+  p.top_k = k;
+  p.alpha = alpha;
+  p.beta = beta;
+  p.score = s;
+  p.renormalize = renorm;
+  return p;
+}
+
+template <class T>
+std::vector<T> convert(const std::vector<float>& v) {
+  std::vector<T> out;
+  for (float x : v) {
+    if constexpr (std::is_same_v<T, float>) out.push_back(x);
+    else if constexpr (std::is_same_v<T, __half>) out.push_back(__float2half(x));
+    else out.push_back(__float2bfloat16(x));
+  }
+  return out;
+}
+
+template <class T>
+thrust::device_vector<T> to_device(const std::vector<T>& v) {
+  thrust::device_vector<T> d(v.size());
+  if (!v.empty()) cudaMemcpy(thrust::raw_pointer_cast(d.data()), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+  return d;
+}
+
+template <class T>
+std::vector<T> to_host(const thrust::device_vector<T>& d) {
+  std::vector<T> v(d.size());
+  if (!v.empty()) cudaMemcpy(v.data(), thrust::raw_pointer_cast(d.data()), v.size() * sizeof(T), cudaMemcpyDeviceToHost);
+  return v;
+}
+
+void expect_weights_close(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 2e-6f * std::fabs(want[i]) + 1e-37f) << what << " at " << i;
+}
+
+enum class entry { route, topk };
+
+template <class T, class IdT>
+void compare_with_host(entry which, const std::vector<float>& Lf, int rows, int b, const lynx::route_params& p) {
+  const std::vector<T> L = convert<T>(Lf);
+  const int k = p.top_k;
+  std::vector<IdT> want_ids(static_cast<std::size_t>(rows) * k, IdT(-5));
+  std::vector<float> want_w(static_cast<std::size_t>(rows) * k, -5.0f);
+  const auto host_call = which == entry::route ? lynx::host::route<T, IdT> : lynx::host::topk_route<T, IdT>;
+  ASSERT_EQ(host_call(L.data(), p.num_experts, rows, b, p, want_ids.data(), want_w.data()), lynx::status::success);
+
+  auto d_L = to_device(L);
+  thrust::device_vector<IdT> d_ids(want_ids.size(), IdT(-5));
+  thrust::device_vector<float> d_w(want_w.size(), -5.0f);
+  const auto dev_call = which == entry::route ? lynx::route<T, IdT> : lynx::topk_route<T, IdT>;
+  std::size_t bytes = 0;
+  ASSERT_EQ(dev_call(nullptr, bytes, nullptr, p.num_experts, rows, b, p, nullptr, nullptr, 0), cudaSuccess);
+  thrust::device_vector<char> ws(bytes);
+  ASSERT_EQ(dev_call(thrust::raw_pointer_cast(ws.data()), bytes, thrust::raw_pointer_cast(d_L.data()),
+                     p.num_experts, rows, b, p, thrust::raw_pointer_cast(d_ids.data()),
+                     thrust::raw_pointer_cast(d_w.data()), 0),
+            cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(to_host(d_ids), want_ids) << "N " << p.num_experts << " k " << k << " B " << b;
+  expect_weights_close(to_host(d_w), want_w, "weights");
+}
+
+struct shape {
+  int n, k, b, rows;
+  float alpha;
+  int beta;
+  lynx::scoring s;
+  bool renorm;
+};
+
+const shape shapes[] = {
+    {8, 2, 16, 16, 0.7f, 1, lynx::scoring::softmax, true},
+    {16, 1, 64, 70, 1.0f, 0, lynx::scoring::sigmoid, false},
+    {60, 4, 16, 16, 2.0f, 3, lynx::scoring::softmax, false},
+    {64, 8, 64, 64, 3.0f, 4, lynx::scoring::softmax, false},
+    {128, 8, 256, 260, 3.0f, 2, lynx::scoring::softmax, true},
+    {160, 6, 16, 20, 1.0f, 2, lynx::scoring::softmax, true},
+    {384, 8, 32, 32, 1.0f, 1, lynx::scoring::sigmoid, true},
+    {512, 10, 256, 256, 3.0f, 0, lynx::scoring::softmax, true},
+    {1024, 16, 5, 7, 1.0f, 2, lynx::scoring::softmax, false},
+};
+
+template <class T, class IdT>
+void all_shapes(entry which) {
+  std::uint32_t seed = 1;
+  for (const shape& s : shapes) {
+    auto L = lynx_test::random_logits(s.rows, s.n, seed++, 1.5f, seed % 2 ? 0.25f : 0.0f);
+    L[s.n + 3] = NAN;  // a NaN and an infinity in row 1, and a dead row 2
+    L[s.n + 5] = INFINITY;
+    if (s.b > 2)
+      for (int e = 0; e < s.n; ++e) L[2 * s.n + e] = -INFINITY;
+    compare_with_host<T, IdT>(which, L, s.rows, s.b, params(s.n, s.k, s.alpha, s.beta, s.s, s.renorm));
+  }
+}
+
+TEST(Device, RouteMatchesHostFloatInt32) { SKIP_WITHOUT_DEVICE(); all_shapes<float, std::int32_t>(entry::route); }
+TEST(Device, RouteMatchesHostHalfInt64) { SKIP_WITHOUT_DEVICE(); all_shapes<__half, std::int64_t>(entry::route); }
+TEST(Device, RouteMatchesHostBf16Int32) { SKIP_WITHOUT_DEVICE(); all_shapes<__nv_bfloat16, std::int32_t>(entry::route); }
+TEST(Device, TopkRouteMatchesHostFloatInt64) { SKIP_WITHOUT_DEVICE(); all_shapes<float, std::int64_t>(entry::topk); }
+TEST(Device, TopkRouteMatchesHostBf16Int32) { SKIP_WITHOUT_DEVICE(); all_shapes<__nv_bfloat16, std::int32_t>(entry::topk); }
+
+TEST(Device, StagesMatchHostBitwise) {
+  SKIP_WITHOUT_DEVICE();
+  for (const shape& s : shapes) {
+    const auto p = params(s.n, s.k, s.alpha, s.beta, s.s, s.renorm);
+    const auto L = lynx_test::random_logits(s.rows, s.n, 77 + s.n, 1.0f, 0.25f);
+    const int nb = lynx::histogram_bins(p);
+    std::vector<std::int8_t> bins(static_cast<std::size_t>(s.rows) * s.n);
+    std::vector<std::int32_t> counts(static_cast<std::size_t>(nb) * s.n), ranks(s.n);
+    lynx::host::affinity_bin(L.data(), s.n, s.rows, s.b, p, bins.data());
+    lynx::host::score_experts(bins.data(), s.rows, p, counts.data(), ranks.data());
+
+    auto d_L = to_device(L);
+    thrust::device_vector<std::int8_t> d_bins(bins.size());
+    thrust::device_vector<std::int32_t> d_counts(static_cast<std::size_t>(lynx::max_bins) * s.n), d_ranks(s.n);
+    ASSERT_EQ(lynx::affinity_bin(thrust::raw_pointer_cast(d_L.data()), s.n, s.rows, s.b, p,
+                                 thrust::raw_pointer_cast(d_bins.data())), cudaSuccess);
+    ASSERT_EQ(lynx::score_experts(thrust::raw_pointer_cast(d_bins.data()), s.rows, p,
+                                  thrust::raw_pointer_cast(d_counts.data()), thrust::raw_pointer_cast(d_ranks.data())),
+              cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(to_host(d_bins), bins) << "N " << s.n;
+    auto got_counts = to_host(d_counts);
+    got_counts.resize(counts.size());
+    EXPECT_EQ(got_counts, counts) << "N " << s.n;
+    EXPECT_EQ(to_host(d_ranks), ranks) << "N " << s.n;
+  }
+}
+
+TEST(Device, GraphReplayWithChangedDeviceTokenCount) {
+  SKIP_WITHOUT_DEVICE();
+  const int n = 128, k = 8, rows = 64;
+  const auto p = params(n, k, 3.0f, 2);
+  const auto L = lynx_test::random_logits(rows, n, 5, 1.0f);
+  auto d_L = to_device(L);
+  thrust::device_vector<int> d_count(1, rows);
+  thrust::device_vector<std::int32_t> d_ids(rows * k);
+  thrust::device_vector<float> d_w(rows * k);
+  const lynx::token_count valid(thrust::raw_pointer_cast(d_count.data()));
+  std::size_t bytes = 0;
+  ASSERT_EQ(lynx::route<float, std::int32_t>(nullptr, bytes, nullptr, n, rows, valid, p, nullptr, nullptr), cudaSuccess);
+  thrust::device_vector<char> ws(bytes);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ASSERT_EQ(lynx::route(thrust::raw_pointer_cast(ws.data()), bytes, thrust::raw_pointer_cast(d_L.data()), n, rows,
+                        valid, p, thrust::raw_pointer_cast(d_ids.data()), thrust::raw_pointer_cast(d_w.data()), stream),
+            cudaSuccess);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int b : {64, 16, 1, 33, 0}) {
+    cudaMemcpyAsync(thrust::raw_pointer_cast(d_count.data()), &b, sizeof b, cudaMemcpyHostToDevice, stream);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    std::vector<std::int32_t> want(rows * k);
+    std::vector<float> want_w(rows * k);
+    if (b > 0) {
+      lynx::host::route(L.data(), n, rows, b, p, want.data(), want_w.data());
+    } else {  // every row is padding: the lowest ids, weight 0
+      for (int t = 0; t < rows; ++t)
+        for (int i = 0; i < k; ++i) want[t * k + i] = i, want_w[t * k + i] = 0.0f;
+    }
+    EXPECT_EQ(to_host(d_ids), want) << "B " << b;
+    expect_weights_close(to_host(d_w), want_w, "graph weights");
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST(Device, RepeatedRunsAreBitwiseEqual) {
+  SKIP_WITHOUT_DEVICE();
+  const int n = 256, k = 8, rows = 64;
+  const auto p = params(n, k, 1.0f, 1, lynx::scoring::softmax, false);
+  auto d_L = to_device(convert<__nv_bfloat16>(lynx_test::random_logits(rows, n, 9, 1.0f)));
+  std::size_t bytes = 0;
+  lynx::route<__nv_bfloat16, int>(nullptr, bytes, nullptr, n, rows, rows, p, nullptr, nullptr);
+  thrust::device_vector<char> ws(bytes);
+  std::vector<float> first;
+  for (int rep = 0; rep < 5; ++rep) {
+    thrust::device_vector<int> d_ids(rows * k);
+    thrust::device_vector<float> d_w(rows * k);
+    ASSERT_EQ(lynx::route(thrust::raw_pointer_cast(ws.data()), bytes, thrust::raw_pointer_cast(d_L.data()), n, rows,
+                          rows, p, thrust::raw_pointer_cast(d_ids.data()), thrust::raw_pointer_cast(d_w.data())),
+              cudaSuccess);
+    const auto w = to_host(d_w);
+    if (rep == 0) first = w;
+    ASSERT_EQ(0, std::memcmp(first.data(), w.data(), w.size() * sizeof(float)));
+  }
+}
+
+TEST(Device, BadArgumentsReturnInvalidValueAndWriteNothing) {
+  SKIP_WITHOUT_DEVICE();
+  const int n = 8, rows = 4;
+  auto d_L = to_device(std::vector<float>(rows * n, 0.5f));
+  thrust::device_vector<int> d_ids(rows * 2, 42);
+  thrust::device_vector<float> d_w(rows * 2, 42.0f);
+  thrust::device_vector<char> ws(1 << 20);
+  std::size_t bytes = ws.size();
+  const auto call = [&](const lynx::route_params& p, int stride = n, int b = rows) {
+    return lynx::route(thrust::raw_pointer_cast(ws.data()), bytes, thrust::raw_pointer_cast(d_L.data()), stride,
+                       rows, b, p, thrust::raw_pointer_cast(d_ids.data()), thrust::raw_pointer_cast(d_w.data()));
+  };
+  EXPECT_EQ(call(params(n, 9, 1.0f, 1)), cudaErrorInvalidValue);
+  EXPECT_EQ(call(params(n, 2, 0.0f, 1)), cudaErrorInvalidValue);
+  EXPECT_EQ(call(params(n, 2, 1.0f, 1), 7), cudaErrorInvalidValue);
+  EXPECT_EQ(call(params(n, 2, 1.0f, 1), n, 5), cudaErrorInvalidValue);
+  EXPECT_EQ(call(params(n, 2, 1.0f, 1), n, 0), cudaSuccess);
+  std::size_t small = 16;
+  EXPECT_EQ(lynx::route(thrust::raw_pointer_cast(ws.data()), small, thrust::raw_pointer_cast(d_L.data()), n, rows,
+                        rows, params(n, 2, 1.0f, 1), thrust::raw_pointer_cast(d_ids.data()),
+                        thrust::raw_pointer_cast(d_w.data())),
+            cudaErrorInvalidValue);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (int x : to_host(d_ids)) EXPECT_EQ(x, 42);
+  for (float x : to_host(d_w)) EXPECT_EQ(x, 42.0f);
+}
+
+}  // namespace

@@ -1,0 +1,53 @@
+// The shared per-element math: exp_f32 accuracy, key order, the output order on equal weights.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include <lynx/host.hpp>
+
+namespace {
+
+TEST(RowMath, ExpIsAccurateEverywhereItIsUsed) {
+  double worst = 0;
+  for (float x = -87.0f; x <= 88.0f; x += 0.0137f) {
+    const double want = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::fabs(lynx::detail::exp_f32(x) - want) / want);
+  }
+  EXPECT_LT(worst, 2.4e-7);  // about 2 ulp; the weights' budget is 2e-6
+  EXPECT_EQ(lynx::detail::exp_f32(0.0f), 1.0f);
+  EXPECT_EQ(lynx::detail::exp_f32(-INFINITY), 0.0f);
+  EXPECT_EQ(lynx::detail::exp_f32(-100.0f), 0.0f);
+  EXPECT_EQ(lynx::detail::exp_f32(100.0f), INFINITY);
+}
+
+TEST(RowMath, KeysOrderByValueThenLowerId) {
+  using lynx::detail::logit_key;
+  EXPECT_GT(logit_key(1.0f, 5), logit_key(0.5f, 0));
+  EXPECT_GT(logit_key(1.0f, 2), logit_key(1.0f, 3));
+  EXPECT_GT(logit_key(-1.0f, 9), logit_key(-INFINITY, 0));
+  EXPECT_EQ(logit_key(lynx::detail::sanitize(-0.0f), 1), logit_key(0.0f, 1));
+  // z: own bin first, then rank (0 best), then logit.
+  using lynx::detail::z_key;
+  EXPECT_GT(z_key(0, 100, -3.0f, 7), z_key(-1, 0, 5.0f, 1));
+  EXPECT_GT(z_key(-1, 0, -3.0f, 7), z_key(-1, 1, 5.0f, 1));
+  EXPECT_GT(z_key(-1, 1, 5.0f, 7), z_key(-1, 1, 4.0f, 1));
+}
+
+TEST(RowMath, EqualWeightsGoToTheLowerId) {
+  // Sigmoid saturates to exactly 1.0f above ~17: the weights tie although the logits differ,
+  // so SPEC's "descending weight, then ascending id" orders them by id, not by logit.
+  lynx::route_params p;
+  p.num_experts = 4;
+  p.top_k = 3;
+  p.score = lynx::scoring::sigmoid;
+  p.renormalize = false;
+  const std::vector<float> L = {20.0f, 30.0f, -2.0f, 25.0f};
+  std::vector<int> ids(3);
+  std::vector<float> w(3);
+  ASSERT_EQ(lynx::host::topk_route(L.data(), 4, 1, 1, p, ids.data(), w.data()), lynx::status::success);
+  EXPECT_EQ(ids, (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(w[0], 1.0f);
+}
+
+}  // namespace

@@ -94,6 +94,18 @@ inline status check(const route_params& p, int num_rows, std::int64_t row_stride
 /// Histogram digits per expert for these parameters (bins 0 .. -depth).
 inline int histogram_bins(const route_params& p) { return detail::bin_depth(p.beta) + 1; }
 
+/// The library's default policy for a model with N experts and top-k (softmax scoring,
+/// no renormalization; callers set those from their model).
+inline route_params default_params(int num_experts, int top_k) {
+  route_params p;
+  p.num_experts = num_experts;
+  p.top_k = top_k;
+  p.alpha = 1.0f;
+  p.beta = 1;
+  p.renormalize = false;
+  return p;
+}
+
 /// A shipped (alpha, beta) pair and the model shape it was tuned for (SPEC §2 table).
 struct preset {
   std::string_view name;

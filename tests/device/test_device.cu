@@ -173,7 +173,8 @@ TEST(Device, GraphReplayWithChangedDeviceTokenCount) {
   thrust::device_vector<float> d_w(rows * k);
   const lynx::token_count valid(thrust::raw_pointer_cast(d_count.data()));
   std::size_t bytes = 0;
-  ASSERT_EQ(lynx::route<float, std::int32_t>(nullptr, bytes, nullptr, n, rows, valid, p, nullptr, nullptr), cudaSuccess);
+  const cudaError_t query = lynx::route<float, std::int32_t>(nullptr, bytes, nullptr, n, rows, valid, p, nullptr, nullptr);
+  ASSERT_EQ(query, cudaSuccess);
   thrust::device_vector<char> ws(bytes);
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
@@ -205,13 +206,40 @@ TEST(Device, GraphReplayWithChangedDeviceTokenCount) {
   cudaStreamDestroy(stream);
 }
 
+TEST(Device, WeightsAreBitwiseEqualToHost) {
+  // Stronger than SPEC's 2e-6: exp_f32 and the weight sums are fixed IEEE operation sequences.
+  SKIP_WITHOUT_DEVICE();
+  const int n = 128, k = 8, rows = 64;
+  for (const bool renorm : {true, false}) {
+    const auto p = params(n, k, 3.0f, 2, lynx::scoring::softmax, renorm);
+    const auto L = lynx_test::random_logits(rows, n, 17, 2.0f);
+    std::vector<int> ids(rows * k);
+    std::vector<float> w(rows * k);
+    lynx::host::route(L.data(), n, rows, rows, p, ids.data(), w.data());
+    auto d_L = to_device(L);
+    thrust::device_vector<int> d_ids(rows * k);
+    thrust::device_vector<float> d_w(rows * k);
+    std::size_t bytes = 0;
+    const cudaError_t query = lynx::route<float, int>(nullptr, bytes, nullptr, n, rows, rows, p, nullptr, nullptr);
+    ASSERT_EQ(query, cudaSuccess);
+    thrust::device_vector<char> ws(bytes);
+    ASSERT_EQ(lynx::route(thrust::raw_pointer_cast(ws.data()), bytes, thrust::raw_pointer_cast(d_L.data()), n, rows,
+                          rows, p, thrust::raw_pointer_cast(d_ids.data()), thrust::raw_pointer_cast(d_w.data())),
+              cudaSuccess);
+    const auto got = to_host(d_w);
+    EXPECT_EQ(to_host(d_ids), ids);
+    EXPECT_EQ(0, std::memcmp(got.data(), w.data(), w.size() * sizeof(float))) << "renormalize " << renorm;
+  }
+}
+
 TEST(Device, RepeatedRunsAreBitwiseEqual) {
   SKIP_WITHOUT_DEVICE();
   const int n = 256, k = 8, rows = 64;
   const auto p = params(n, k, 1.0f, 1, lynx::scoring::softmax, false);
   auto d_L = to_device(convert<__nv_bfloat16>(lynx_test::random_logits(rows, n, 9, 1.0f)));
   std::size_t bytes = 0;
-  lynx::route<__nv_bfloat16, int>(nullptr, bytes, nullptr, n, rows, rows, p, nullptr, nullptr);
+  const cudaError_t query = lynx::route<__nv_bfloat16, int>(nullptr, bytes, nullptr, n, rows, rows, p, nullptr, nullptr);
+  ASSERT_EQ(query, cudaSuccess);
   thrust::device_vector<char> ws(bytes);
   std::vector<float> first;
   for (int rep = 0; rep < 5; ++rep) {
@@ -226,15 +254,17 @@ TEST(Device, RepeatedRunsAreBitwiseEqual) {
   }
 }
 
+constexpr int bad_n = 8, bad_rows = 4;
+
 TEST(Device, BadArgumentsReturnInvalidValueAndWriteNothing) {
   SKIP_WITHOUT_DEVICE();
-  const int n = 8, rows = 4;
+  constexpr int n = bad_n, rows = bad_rows;
   auto d_L = to_device(std::vector<float>(rows * n, 0.5f));
   thrust::device_vector<int> d_ids(rows * 2, 42);
   thrust::device_vector<float> d_w(rows * 2, 42.0f);
   thrust::device_vector<char> ws(1 << 20);
   std::size_t bytes = ws.size();
-  const auto call = [&](const lynx::route_params& p, int stride = n, int b = rows) {
+  const auto call = [&](const lynx::route_params& p, int stride = bad_n, int b = bad_rows) {
     return lynx::route(thrust::raw_pointer_cast(ws.data()), bytes, thrust::raw_pointer_cast(d_L.data()), stride,
                        rows, b, p, thrust::raw_pointer_cast(d_ids.data()), thrust::raw_pointer_cast(d_w.data()));
   };

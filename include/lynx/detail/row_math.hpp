@@ -139,7 +139,10 @@ LYNX_HD void topk_clear(std::uint64_t* best, int k) {
 template <class T>
 LYNX_HD float row_max(const T* row, int n) {
   float m = -INFINITY;
-  for (int e = 0; e < n; ++e) m = fmaxf(m, load_logit(row, e));
+  for (int e = 0; e < n; ++e) {
+    const float x = load_logit(row, e);  // never NaN: a compare is exact and, unlike a
+    m = x > m ? x : m;                   // libm fmaxf call on the host, inlines
+  }
   return m;
 }
 

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <vector>
 
+#include "detail/budget.hpp"
 #include "detail/histogram_rank.hpp"
 #include "detail/row_math.hpp"
 #include "params.hpp"
@@ -86,44 +87,116 @@ void write_pad_rows(const std::vector<std::uint8_t>& loaded, const std::vector<s
 
 }  // namespace detail
 
+namespace detail {
+
+// The budget policy's greedy (detail/budget.hpp): anchors first, then the best marginal gain,
+// until the limit, the target mass, or no gain is left. Same steps as the device kernel.
+template <class T>
+void budget_greedy(const T* logits, std::int64_t row_stride, const std::vector<std::uint8_t>& votes,
+                   const std::vector<std::uint8_t>& anchors, const std::vector<float>& row_m,
+                   const std::vector<std::uint64_t>& plain, int plain_unique, const route_params& p,
+                   std::vector<std::uint8_t>& in_active) {
+  namespace d = lynx::detail;
+  const int n = p.num_experts, k = p.top_k, rows = static_cast<int>(votes.size());
+  std::vector<float> share(static_cast<std::size_t>(rows) * n, 0.0f), top(static_cast<std::size_t>(rows) * k, 0.0f);
+  int voters = 0;
+  for (int t = 0; t < rows; ++t) {
+    if (!votes[t]) continue;
+    ++voters;
+    const T* row = logits + t * row_stride;
+    const float sum = d::plain_activation_sum(row, row_m[t], plain.data() + static_cast<std::size_t>(t) * k, k, p.score);
+    for (int e = 0; e < n; ++e)
+      share[static_cast<std::size_t>(t) * n + e] = d::activation(d::load_logit(row, e), row_m[t], p.score) / sum;
+  }
+  int size = 0;
+  float total = 0.0f;
+  const auto gain_of = [&](int e) {
+    float g = 0.0f;
+    for (int t = 0; t < rows; ++t)
+      if (votes[t]) g += d::share_gain(share[static_cast<std::size_t>(t) * n + e], top[static_cast<std::size_t>(t) * k + k - 1]);
+    return g;
+  };
+  const auto add = [&](int e, float gain) {
+    in_active[e] = 1;
+    ++size;
+    total += gain;
+    for (int t = 0; t < rows; ++t)
+      if (votes[t]) d::share_insert(&top[static_cast<std::size_t>(t) * k], k, share[static_cast<std::size_t>(t) * n + e]);
+  };
+  for (int e = 0; e < n; ++e)  // pinned experts are loaded whatever the budget says
+    if (in_active[e]) add(e, gain_of(e));
+  const int limit = d::budget_limit(p.budget_experts, p.budget_fraction, plain_unique, n, k);
+  const float target = p.budget_mass * static_cast<float>(voters);
+  for (int phase = 0; phase < 2; ++phase)
+    while (size < limit && (phase == 0 || !(p.budget_mass > 0.0f) || total < target)) {
+      std::uint64_t best = 0;
+      float best_gain = 0.0f;
+      for (int e = 0; e < n; ++e) {
+        if (in_active[e] || (phase == 0 && !anchors[e])) continue;
+        const float g = gain_of(e);
+        const std::uint64_t key = d::gain_key(g, e);
+        if (key > best) best = key, best_gain = g;
+      }
+      if (best == 0 || (phase == 1 && !(best_gain > 0.0f))) break;
+      add(d::key_expert(best), best_gain);
+    }
+}
+
+}  // namespace detail
+
 /// SPEC §3.3 (and the never-worse guard, step 5), from the bins and ranks of the previous
-/// stages. Writes ids/weights [num_rows x k]; non-voting rows as SPEC §5 says.
+/// stages (only the lynx policy reads them; others may pass null). Writes ids/weights
+/// [num_rows x k]; non-voting rows as SPEC §5 says.
 template <class T, class IdT>
 status remap_topk(const T* logits, std::int64_t row_stride, int num_rows, int num_valid,
                   const std::int8_t* bins, const std::int32_t* ranks, const route_params& p,
                   IdT* ids, float* weights) {
-  if (const status s =
-          check(p, num_rows, row_stride, num_valid, {logits, bins, ranks, ids, weights});
+  const bool needs_scores = p.kind == policy::lynx;
+  if (const status s = check(p, num_rows, row_stride, num_valid,
+                             {logits, ids, weights, needs_scores ? static_cast<const void*>(bins) : logits,
+                              needs_scores ? static_cast<const void*>(ranks) : logits});
       s != status::success)
     return s;
   if (num_rows == 0 || num_valid == 0) return status::success;
   namespace d = lynx::detail;
   const int n = p.num_experts, k = p.top_k;
-  std::vector<std::uint8_t> in_active(n, 0), in_plain(n, 0), in_final(n, 0), votes(num_rows, 0);
+  std::vector<std::uint8_t> in_active(n, 0), in_plain(n, 0), in_final(n, 0), votes(num_rows, 0), anchors(n, 0);
   std::vector<std::uint64_t> plain(static_cast<std::size_t>(num_rows) * k);
   std::vector<float> mass(num_rows), row_m(num_rows);
   std::uint64_t best[max_top_k];
 
-  for (int t = 0; t < num_valid; ++t) {
-    const std::int8_t* q = bins + static_cast<std::int64_t>(t) * n;
-    if (q[0] == no_vote) continue;
-    votes[t] = 1;
+  for (int t = 0; t < num_valid; ++t) {  // selection: each row's contribution to K
     const T* row = logits + t * row_stride;
     row_m[t] = d::row_max(row, n);
-    d::topk_clear(best, k);
-    for (int e = 0; e < n; ++e) d::topk_push(best, k, d::z_key(q[e], ranks[e], d::load_logit(row, e), e));
-    for (int i = 0; i < k; ++i) in_active[d::key_expert(best[i])] = 1;
+    if (row_m[t] == -INFINITY) continue;
+    votes[t] = 1;
     std::uint64_t* pk = plain.data() + static_cast<std::size_t>(t) * k;
     d::plain_topk(row, n, k, pk);
     for (int i = 0; i < k; ++i) in_plain[d::key_expert(pk[i])] = 1;
     mass[t] = d::original_mass(row, n, row_m[t], pk, k, p.score, p.renormalize);
+    if (p.pinned && p.pinned[t]) {
+      for (int i = 0; i < k; ++i) in_active[d::key_expert(pk[i])] = 1;
+      continue;
+    }
+    if (p.anchor_top1 || p.kind == policy::budget) anchors[d::key_expert(pk[0])] = 1;
+    if (p.kind == policy::lynx) {
+      const std::int8_t* q = bins + static_cast<std::int64_t>(t) * n;
+      d::topk_clear(best, k);
+      for (int e = 0; e < n; ++e) d::topk_push(best, k, d::z_key(q[e], ranks[e], d::load_logit(row, e), e));
+      for (int i = 0; i < k; ++i) in_active[d::key_expert(best[i])] = 1;
+    } else if (p.kind == policy::piggyback) {
+      for (int i = 0; i < p.keep_k; ++i) in_active[d::key_expert(pk[i])] = 1;
+    }
   }
-  for (int t = 0; t < num_rows; ++t) {
+  if (p.anchor_top1 && p.kind != policy::budget)
+    for (int e = 0; e < n; ++e) in_active[e] |= anchors[e];
+  if (p.kind == policy::budget)
+    detail::budget_greedy(logits, row_stride, votes, anchors, row_m, plain, detail::count_flags(in_plain), p, in_active);
+
+  for (int t = 0; t < num_rows; ++t) {  // final: each row's top-k inside K
     if (!votes[t]) continue;
     const T* row = logits + t * row_stride;
-    d::topk_clear(best, k);
-    for (int e = 0; e < n; ++e)
-      if (in_active[e]) d::topk_push(best, k, d::logit_key(d::load_logit(row, e), e));
+    d::final_topk(row, n, k, in_active.data(), best);
     for (int i = 0; i < k; ++i) in_final[d::key_expert(best[i])] = 1;
     d::emit_row(row, row_m[t], best, k, p.score, p.renormalize, mass[t],
                 ids + static_cast<std::int64_t>(t) * k, weights + static_cast<std::int64_t>(t) * k);
@@ -147,6 +220,8 @@ status route(const T* logits, std::int64_t row_stride, int num_rows, int num_val
       s != status::success)
     return s;
   if (num_rows == 0 || num_valid == 0) return status::success;
+  if (p.kind != policy::lynx)  // the other policies need no bins or scores
+    return remap_topk<T, IdT>(logits, row_stride, num_rows, num_valid, nullptr, nullptr, p, ids, weights);
   std::vector<std::int8_t> bins(static_cast<std::size_t>(num_rows) * p.num_experts);
   std::vector<std::int32_t> counts(static_cast<std::size_t>(histogram_bins(p)) * p.num_experts);
   std::vector<std::int32_t> ranks(p.num_experts);

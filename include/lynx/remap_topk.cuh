@@ -17,14 +17,20 @@ cudaError_t launch_remap(const remap_workspace& ws, const T* logits, std::int64_
                          const std::int32_t* ranks, const route_params& p, IdT* ids,
                          float* weights, cudaStream_t stream) {
   const int n = p.num_experts, k = p.top_k, blocks = row_blocks(num_rows);
-  if (const cudaError_t e = cudaMemsetAsync(ws.flags, 0, 3 * static_cast<std::size_t>(n), stream);
+  if (const cudaError_t e = cudaMemsetAsync(ws.flags, 0, 4 * static_cast<std::size_t>(n), stream);
       e != cudaSuccess)
     return e;
   return dispatch_experts(n, [&](auto max_n) {
     constexpr int MaxN = decltype(max_n)::value;
     select_kernel<T, MaxN><<<blocks, row_block_threads, 0, stream>>>(
-        logits, row_stride, num_rows, valid, bins, ranks, n, k, p.score, p.renormalize, ws.votes,
-        ws.in_active(), ws.in_plain(), ws.row_mass);
+        logits, row_stride, num_rows, valid, bins, ranks, p, ws.votes, ws.in_active(),
+        ws.in_plain(), ws.anchors(), ws.row_mass);
+    if (p.kind == policy::budget)
+      budget_kernel<T><<<1, 1024, 0, stream>>>(logits, row_stride, num_rows, p, ws.votes,
+                                                ws.anchors(), ws.in_plain(), ws.in_active(),
+                                                ws.share, ws.top);
+    else if (p.anchor_top1)
+      merge_flags_kernel<<<1, 1024, 0, stream>>>(ws.anchors(), n, ws.in_active());
     final_kernel<T, IdT, MaxN><<<blocks, row_block_threads, 0, stream>>>(
         logits, row_stride, num_rows, n, k, p.score, p.renormalize, ws.votes, ws.in_active(),
         ws.row_mass, ws.in_final(), ids, weights);
@@ -38,18 +44,22 @@ cudaError_t launch_remap(const remap_workspace& ws, const T* logits, std::int64_
 }  // namespace detail
 
 /// Final experts and weights [num_rows x k] (SPEC §3.3, with the never-worse guard of step 5;
-/// non-voting rows as SPEC §5 says). CUB-style workspace: call once with workspace == nullptr
+/// non-voting rows as SPEC §5 says). Only the lynx policy reads bins and ranks (others may
+/// pass null). CUB-style workspace: call once with workspace == nullptr
 /// to get workspace_bytes. No allocation, no synchronization, graph-capturable.
 template <class T, class IdT>
 cudaError_t remap_topk(void* workspace, std::size_t& workspace_bytes, const T* logits,
                        std::int64_t row_stride, int num_rows, token_count valid,
                        const std::int8_t* bins, const std::int32_t* ranks, const route_params& p,
                        IdT* ids, float* weights, cudaStream_t stream = 0) {
-  if (const status s = check(p, num_rows, row_stride, valid, {logits, bins, ranks, ids, weights});
+  const bool lynx_policy = p.kind == policy::lynx;
+  if (const status s = check(p, num_rows, row_stride, valid,
+                             {logits, ids, weights, lynx_policy ? static_cast<const void*>(bins) : logits,
+                              lynx_policy ? static_cast<const void*>(ranks) : logits});
       s != status::success)
     return detail::to_cuda_error(s);
   detail::workspace_carver carver{static_cast<char*>(workspace)};
-  const detail::remap_workspace ws(carver, num_rows, p.num_experts);
+  const detail::remap_workspace ws(carver, num_rows, p.num_experts, p.top_k, p.kind == policy::budget);
   if (!workspace) {
     workspace_bytes = carver.used;
     return cudaSuccess;

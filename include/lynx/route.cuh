@@ -24,19 +24,23 @@ cudaError_t route(void* workspace, std::size_t& workspace_bytes, const T* logits
       s != status::success)
     return detail::to_cuda_error(s);
   detail::workspace_carver carver{static_cast<char*>(workspace)};
-  const detail::route_workspace ws(carver, num_rows, p.num_experts);
+  const bool lynx_policy = p.kind == policy::lynx;
+  const detail::route_workspace ws(carver, num_rows, p.num_experts, p.top_k, lynx_policy,
+                                   p.kind == policy::budget);
   if (!workspace) {
     workspace_bytes = carver.used;
     return cudaSuccess;
   }
   if (workspace_bytes < carver.used) return cudaErrorInvalidValue;
   if (num_rows == 0 || (!valid.device_ptr && valid.value == 0)) return cudaSuccess;
-  if (cudaError_t e = affinity_bin(logits, row_stride, num_rows, valid, p, ws.bins, stream);
-      e != cudaSuccess)
-    return e;
-  if (cudaError_t e = score_experts(ws.bins, num_rows, p, ws.counts, ws.ranks, stream);
-      e != cudaSuccess)
-    return e;
+  if (lynx_policy) {  // the other policies need no bins or scores
+    if (cudaError_t e = affinity_bin(logits, row_stride, num_rows, valid, p, ws.bins, stream);
+        e != cudaSuccess)
+      return e;
+    if (cudaError_t e = score_experts(ws.bins, num_rows, p, ws.counts, ws.ranks, stream);
+        e != cudaSuccess)
+      return e;
+  }
   return detail::launch_remap(ws.remap, logits, row_stride, num_rows, valid, ws.bins, ws.ranks, p,
                               ids, weights, stream);
 }

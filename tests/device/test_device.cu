@@ -134,6 +134,63 @@ TEST(Device, RouteMatchesHostBf16Int32) { SKIP_WITHOUT_DEVICE(); all_shapes<__nv
 TEST(Device, TopkRouteMatchesHostFloatInt64) { SKIP_WITHOUT_DEVICE(); all_shapes<float, std::int64_t>(entry::topk); }
 TEST(Device, TopkRouteMatchesHostBf16Int32) { SKIP_WITHOUT_DEVICE(); all_shapes<__nv_bfloat16, std::int32_t>(entry::topk); }
 
+TEST(Device, PoliciesMatchHost) {
+  // Every policy, with and without the anchor and pinned rows (a device-side mask), at
+  // several tiers: ids and weights bitwise equal to the host path.
+  SKIP_WITHOUT_DEVICE();
+  struct policy_case {
+    lynx::policy kind;
+    bool anchor;
+    int keep_k, budget_experts;
+    float budget_fraction, budget_mass;
+  };
+  const policy_case cases[] = {
+      {lynx::policy::lynx, true, 0, 0, 0, 0},          {lynx::policy::piggyback, false, 2, 0, 0, 0},
+      {lynx::policy::piggyback, true, 1, 0, 0, 0},     {lynx::policy::budget, true, 0, 24, 0, 0},
+      {lynx::policy::budget, true, 0, 0, 0.7f, 0},     {lynx::policy::budget, true, 0, 0, 0, 0.94f},
+  };
+  const int dims[][3] = {{64, 6, 16}, {128, 8, 64}, {512, 10, 33}, {8, 2, 16}};
+  std::uint32_t seed = 100;
+  for (const auto& d : dims)
+    for (const policy_case& c : cases)
+      for (const bool with_pinned : {false, true}) {
+        const int n = d[0], k = d[1], rows = d[2];
+        auto p = lynx::default_params(n, k);
+        p.kind = c.kind;
+        p.anchor_top1 = c.anchor;
+        p.keep_k = std::max(1, std::min(c.keep_k, k));
+        p.budget_experts = c.budget_experts ? std::max(k, std::min(n, c.budget_experts)) : 0;
+        p.budget_fraction = c.budget_fraction;
+        p.budget_mass = c.budget_mass;
+        p.renormalize = seed % 2;
+        const auto L = lynx_test::random_logits(rows, n, seed++, 1.0f);
+        std::vector<std::uint8_t> pinned(rows, 0);
+        if (with_pinned)
+          for (int t = 0; t < rows; t += 3) pinned[t] = 1;
+        auto host_p = p;
+        host_p.pinned = with_pinned ? pinned.data() : nullptr;
+        std::vector<int> want(rows * k);
+        std::vector<float> want_w(rows * k);
+        ASSERT_EQ(lynx::host::route(L.data(), n, rows, rows, host_p, want.data(), want_w.data()), lynx::status::success);
+        auto d_L = to_device(L);
+        auto d_pinned = to_device(pinned);
+        auto dev_p = p;
+        dev_p.pinned = with_pinned ? thrust::raw_pointer_cast(d_pinned.data()) : nullptr;
+        thrust::device_vector<int> d_ids(rows * k);
+        thrust::device_vector<float> d_w(rows * k);
+        std::size_t bytes = 0;
+        const cudaError_t query = lynx::route<float, int>(nullptr, bytes, nullptr, n, rows, rows, dev_p, nullptr, nullptr);
+        ASSERT_EQ(query, cudaSuccess);
+        thrust::device_vector<char> ws(bytes);
+        ASSERT_EQ(lynx::route(thrust::raw_pointer_cast(ws.data()), bytes, thrust::raw_pointer_cast(d_L.data()), n, rows,
+                              rows, dev_p, thrust::raw_pointer_cast(d_ids.data()), thrust::raw_pointer_cast(d_w.data())),
+                  cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_EQ(to_host(d_ids), want) << "N " << n << " policy " << static_cast<int>(c.kind) << " pinned " << with_pinned;
+        expect_weights_close(to_host(d_w), want_w, "policy weights");
+      }
+}
+
 TEST(Device, StagesMatchHostBitwise) {
   SKIP_WITHOUT_DEVICE();
   for (const shape& s : shapes) {

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "../params.hpp"
+#include "budget.hpp"
 #include "histogram_rank.hpp"
 #include "row_math.hpp"
 
@@ -23,6 +24,12 @@ __device__ __forceinline__ int resolve_valid(token_count valid, int num_rows) {
   const int b = valid.device_ptr ? *valid.device_ptr : valid.value;
   return b < 0 ? 0 : (b > num_rows ? num_rows : b);
 }
+
+struct max_op {
+  __device__ __forceinline__ std::uint64_t operator()(std::uint64_t a, std::uint64_t b) const {
+    return a > b ? a : b;
+  }
+};
 
 __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -85,31 +92,128 @@ __global__ void rank_kernel(const std::int32_t* counts, int n, int nbins, std::i
   for (int e = threadIdx.x; e < n; e += blockDim.x) ranks[e] = histogram_rank(counts, n, nbins, e);
 }
 
-/// SPEC §3.3 steps 1-2, a thread per row: the row's top-k by z joins the active set; its plain
-/// top-k joins the plain set (for the never-worse guard) and gives the original mass.
+/// SPEC §3.3 steps 1-2, a thread per row: the row's contribution to the active set (its top-k
+/// by z, its top-keep_k, or for a pinned row its plain top-k; its argmax with the anchor), its
+/// plain top-k for the never-worse guard, and its original mass.
 template <class T, int MaxN>
 __global__ void __launch_bounds__(row_block_threads)
     select_kernel(const T* logits, std::int64_t row_stride, int num_rows, token_count valid,
-                  const std::int8_t* bins, const std::int32_t* ranks, int n, int k, scoring s,
-                  bool renormalize, std::uint8_t* votes, std::uint8_t* in_active,
-                  std::uint8_t* in_plain, float* row_mass) {
+                  const std::int8_t* bins, const std::int32_t* ranks, route_params p,
+                  std::uint8_t* votes, std::uint8_t* in_active, std::uint8_t* in_plain,
+                  std::uint8_t* anchors, float* row_mass) {
   __shared__ std::int32_t rank_s[MaxN];
-  for (int e = threadIdx.x; e < n; e += blockDim.x) rank_s[e] = ranks[e];
+  const int n = p.num_experts, k = p.top_k;
+  if (p.kind == policy::lynx)
+    for (int e = threadIdx.x; e < n; e += blockDim.x) rank_s[e] = ranks[e];
   __syncthreads();
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= num_rows) return;
-  const std::int8_t* q = bins + static_cast<std::int64_t>(t) * n;
-  const bool voting = t < resolve_valid(valid, num_rows) && q[0] != no_vote;
-  votes[t] = voting ? 1 : 0;
-  if (!voting) return;
   const T* row = logits + t * row_stride;
-  std::uint64_t best[max_top_k];
-  topk_clear(best, k);
-  for (int e = 0; e < n; ++e) topk_push(best, k, z_key(q[e], rank_s[e], load_logit(row, e), e));
-  for (int i = 0; i < k; ++i) in_active[key_expert(best[i])] = 1;
-  plain_topk(row, n, k, best);
-  for (int i = 0; i < k; ++i) in_plain[key_expert(best[i])] = 1;
-  row_mass[t] = original_mass(row, n, row_max(row, n), best, k, s, renormalize);
+  const float m = t < resolve_valid(valid, num_rows) ? row_max(row, n) : -INFINITY;
+  votes[t] = m == -INFINITY ? 0 : 1;
+  if (m == -INFINITY) return;
+  std::uint64_t plain[max_top_k], best[max_top_k];
+  plain_topk(row, n, k, plain);
+  for (int i = 0; i < k; ++i) in_plain[key_expert(plain[i])] = 1;
+  row_mass[t] = original_mass(row, n, m, plain, k, p.score, p.renormalize);
+  if (p.pinned && p.pinned[t]) {
+    for (int i = 0; i < k; ++i) in_active[key_expert(plain[i])] = 1;
+    return;
+  }
+  if (p.anchor_top1 || p.kind == policy::budget) anchors[key_expert(plain[0])] = 1;
+  if (p.kind == policy::lynx) {
+    const std::int8_t* q = bins + static_cast<std::int64_t>(t) * n;
+    topk_clear(best, k);
+    for (int e = 0; e < n; ++e) topk_push(best, k, z_key(q[e], rank_s[e], load_logit(row, e), e));
+    for (int i = 0; i < k; ++i) in_active[key_expert(best[i])] = 1;
+  } else if (p.kind == policy::piggyback) {
+    for (int i = 0; i < p.keep_k; ++i) in_active[key_expert(plain[i])] = 1;
+  }
+}
+
+/// The budget policy's greedy (detail/budget.hpp) in one block: the same steps as the host
+/// path. Gains are summed over tokens in order by one thread per expert, so they are bitwise
+/// the host's; a block max picks the step's expert.
+template <class T>
+__global__ void __launch_bounds__(1024)
+    budget_kernel(const T* logits, std::int64_t row_stride, int num_rows, route_params p,
+                  const std::uint8_t* votes, const std::uint8_t* anchors,
+                  const std::uint8_t* in_plain, std::uint8_t* in_active, float* share, float* top) {
+  using reduce_t = cub::BlockReduce<std::uint64_t, 1024>;
+  __shared__ typename reduce_t::TempStorage temp;
+  __shared__ std::uint64_t best_s;
+  __shared__ float best_gain_s;
+  __shared__ int voters_s, plain_unique_s;
+  const int n = p.num_experts, k = p.top_k;
+  if (threadIdx.x == 0) {
+    voters_s = 0;
+    plain_unique_s = 0;
+    for (int t = 0; t < num_rows; ++t) voters_s += votes[t];
+    for (int e = 0; e < n; ++e) plain_unique_s += in_plain[e];
+  }
+  for (int t = threadIdx.x; t < num_rows; t += blockDim.x) {
+    if (!votes[t]) continue;
+    const T* row = logits + t * row_stride;
+    const float m = row_max(row, n);
+    std::uint64_t plain[max_top_k];
+    plain_topk(row, n, k, plain);
+    const float sum = plain_activation_sum(row, m, plain, k, p.score);
+    for (int e = 0; e < n; ++e)
+      share[static_cast<std::size_t>(t) * n + e] = activation(load_logit(row, e), m, p.score) / sum;
+    for (int i = 0; i < k; ++i) top[static_cast<std::size_t>(t) * k + i] = 0.0f;
+  }
+  __syncthreads();
+  const auto gain_of = [&](int e) {
+    float g = 0.0f;
+    for (int t = 0; t < num_rows; ++t)
+      if (votes[t])
+        g += share_gain(share[static_cast<std::size_t>(t) * n + e], top[static_cast<std::size_t>(t) * k + k - 1]);
+    return g;
+  };
+  const auto add = [&](int e) {  // all threads; best_gain_s already holds e's gain
+    for (int t = threadIdx.x; t < num_rows; t += blockDim.x)
+      if (votes[t]) share_insert(&top[static_cast<std::size_t>(t) * k], k, share[static_cast<std::size_t>(t) * n + e]);
+    __syncthreads();
+  };
+  int size = 0;
+  float total = 0.0f;  // meaningful in thread 0
+  for (int e = 0; e < n; ++e) {  // pinned experts, in id order, as the host adds them
+    if (!in_active[e]) continue;
+    if (threadIdx.x == 0) total += gain_of(e);
+    ++size;
+    __syncthreads();
+    add(e);
+  }
+  const int limit = budget_limit(p.budget_experts, p.budget_fraction, plain_unique_s, n, k);
+  const float target = p.budget_mass * static_cast<float>(voters_s);
+  for (int phase = 0; phase < 2; ++phase)
+    for (;;) {
+      std::uint64_t key = 0;
+      float g = 0.0f;
+      const int e = threadIdx.x;
+      if (e < n && !in_active[e] && (phase == 1 || anchors[e])) {
+        g = gain_of(e);
+        key = gain_key(g, e);
+      }
+      const std::uint64_t best = reduce_t(temp).Reduce(key, max_op{});
+      if (threadIdx.x == 0) {
+        best_s = best;
+        const bool mass_reached = phase == 1 && p.budget_mass > 0.0f && !(total < target);
+        if (size >= limit || mass_reached || best == 0) best_s = 0;
+      }
+      __syncthreads();
+      if (best_s != 0 && key == best_s) best_gain_s = g;
+      __syncthreads();
+      const std::uint64_t chosen = best_s;
+      if (chosen == 0 || (phase == 1 && !(best_gain_s > 0.0f))) break;
+      const int c = key_expert(chosen);
+      if (threadIdx.x == 0) {
+        in_active[c] = 1;
+        total += best_gain_s;
+      }
+      ++size;
+      add(c);
+    }
 }
 
 /// SPEC §3.3 steps 3-4: each voting row's top-k by logit inside the active set, and weights.
@@ -125,12 +229,16 @@ __global__ void __launch_bounds__(row_block_threads)
   if (t >= num_rows || !votes[t]) return;
   const T* row = logits + t * row_stride;
   std::uint64_t best[max_top_k];
-  topk_clear(best, k);
-  for (int e = 0; e < n; ++e)
-    if (active_s[e]) topk_push(best, k, logit_key(load_logit(row, e), e));
+  final_topk(row, n, k, active_s, best);
   for (int i = 0; i < k; ++i) in_final[key_expert(best[i])] = 1;
   emit_row(row, row_max(row, n), best, k, s, renormalize, row_mass[t],
            ids + static_cast<std::int64_t>(t) * k, weights + static_cast<std::int64_t>(t) * k);
+}
+
+/// The top-1 anchor for the lynx and piggyback policies: every voting row's argmax joins K.
+__global__ void merge_flags_kernel(const std::uint8_t* from, int n, std::uint8_t* into) {
+  for (int e = threadIdx.x; e < n; e += blockDim.x)
+    if (from[e]) into[e] = 1;
 }
 
 /// SPEC §4 for topk_route: each voting row's plain top-k and weights.

@@ -136,6 +136,28 @@ LYNX_HD void topk_clear(std::uint64_t* best, int k) {
   for (int i = 0; i < k; ++i) best[i] = 0;
 }
 
+/// SPEC §3.3 step 3, generalised: the row's top-k by logit with experts in K first (bit 63),
+/// so a row is filled from outside K only when K holds fewer than k experts.
+template <class T>
+LYNX_HD void final_topk(const T* row, int n, int k, const std::uint8_t* in_active,
+                        std::uint64_t* best) {
+  topk_clear(best, k);
+  for (int e = 0; e < n; ++e)
+    topk_push(best, k,
+              logit_key(load_logit(row, e), e) | (in_active[e] ? (std::uint64_t{1} << 63) : 0));
+}
+
+/// The index of the row's argmax (ties: lower id); the row must have a finite logit.
+template <class T>
+LYNX_HD int row_argmax(const T* row, int n) {
+  std::uint64_t best = 0;
+  for (int e = 0; e < n; ++e) {
+    const std::uint64_t key = logit_key(load_logit(row, e), e);
+    best = key > best ? key : best;
+  }
+  return key_expert(best);
+}
+
 template <class T>
 LYNX_HD float row_max(const T* row, int n) {
   float m = -INFINITY;

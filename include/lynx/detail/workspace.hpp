@@ -27,19 +27,25 @@ struct workspace_carver {
   }
 };
 
-/// remap_topk's scratch: per-expert flags (active, plain, final) and per-row vote/mass.
+/// remap_topk's scratch: per-expert flags (active, plain, final, anchor), per-row vote and
+/// mass, and for the budget policy the token-by-expert shares and each token's k best.
 struct remap_workspace {
-  std::uint8_t* flags;  // 3 * n bytes, zeroed by the launcher before use
+  std::uint8_t* flags;  // 4 * n bytes, zeroed by the launcher before use
   std::uint8_t* votes;  // num_rows
   float* row_mass;      // num_rows
-  remap_workspace(workspace_carver& c, int num_rows, int n)
-      : flags(c.take<std::uint8_t>(3 * static_cast<std::size_t>(n))),
+  float* share;         // num_rows * n (budget only)
+  float* top;           // num_rows * k (budget only)
+  remap_workspace(workspace_carver& c, int num_rows, int n, int k, bool budget)
+      : flags(c.take<std::uint8_t>(4 * static_cast<std::size_t>(n))),
         votes(c.take<std::uint8_t>(num_rows)),
         row_mass(c.take<float>(num_rows)),
+        share(c.take<float>(budget ? static_cast<std::size_t>(num_rows) * n : 0)),
+        top(c.take<float>(budget ? static_cast<std::size_t>(num_rows) * k : 0)),
         n(n) {}
   std::uint8_t* in_active() const { return flags; }
   std::uint8_t* in_plain() const { return flags + n; }
   std::uint8_t* in_final() const { return flags + 2 * n; }
+  std::uint8_t* anchors() const { return flags + 3 * n; }
   int n;
 };
 
@@ -49,11 +55,11 @@ struct route_workspace {
   std::int32_t* counts;  // max_bins * n
   std::int32_t* ranks;   // n
   remap_workspace remap;
-  route_workspace(workspace_carver& c, int num_rows, int n)
-      : bins(c.take<std::int8_t>(static_cast<std::size_t>(num_rows) * n)),
-        counts(c.take<std::int32_t>(static_cast<std::size_t>(max_bins) * n)),
-        ranks(c.take<std::int32_t>(n)),
-        remap(c, num_rows, n) {}
+  route_workspace(workspace_carver& c, int num_rows, int n, int k, bool lynx, bool budget)
+      : bins(c.take<std::int8_t>(lynx ? static_cast<std::size_t>(num_rows) * n : 0)),
+        counts(c.take<std::int32_t>(lynx ? static_cast<std::size_t>(max_bins) * n : 0)),
+        ranks(c.take<std::int32_t>(lynx ? n : 0)),
+        remap(c, num_rows, n, k, budget) {}
 };
 
 }  // namespace detail

@@ -1,0 +1,64 @@
+#pragma once
+// The budget policy's pieces that host and device share, so both take the same greedy steps.
+//
+// Objective: the batch's retained router mass, sum over voting tokens t of the mass of t's
+// top-k inside K, each token normalised by its plain top-k mass (so the mean is SPEC §6's
+// retained_mass). It is a sum of weighted uniform-matroid ranks, hence monotone submodular,
+// and greedy is within 1 - 1/e of the best K of each size.
+
+#include <cstdint>
+
+#include "config.hpp"
+#include "row_math.hpp"
+
+namespace lynx {
+namespace detail {
+
+/// The router's (unnormalised) preference for an expert: exp(l - m) or sigmoid(l).
+LYNX_HD float activation(float l, float m, scoring s) {
+  return s == scoring::sigmoid ? sigmoid(l) : exp_f32(l - m);
+}
+
+/// A token's share of expert e: activation / the sum of activations over its plain top-k.
+template <class T>
+LYNX_HD float plain_activation_sum(const T* row, float m, const std::uint64_t* plain, int k,
+                                   scoring s) {
+  float sum = 0.0f;
+  for (int i = 0; i < k; ++i) sum += activation(load_logit(row, key_expert(plain[i])), m, s);
+  return sum;
+}
+
+/// What adding an expert with this share gives a token whose k best shares inside K end in
+/// `kth` (0 while it has fewer than k there).
+LYNX_HD float share_gain(float share, float kth) { return share > kth ? share - kth : 0.0f; }
+
+/// Inserts a share into a token's descending list of its k best shares inside K.
+LYNX_HD void share_insert(float* top, int k, float share) {
+  if (!(share > top[k - 1])) return;
+  int i = k - 1;
+  while (i > 0 && top[i - 1] < share) {
+    top[i] = top[i - 1];
+    --i;
+  }
+  top[i] = share;
+}
+
+/// The size limit for count modes (mass mode: no limit). Never below k, so every token finds
+/// k experts inside K.
+LYNX_HD int budget_limit(int budget_experts, float budget_fraction, int plain_unique, int n,
+                         int k) {
+  int limit = n;
+  if (budget_experts > 0) limit = budget_experts;
+  if (budget_fraction > 0.0f)
+    limit = static_cast<int>(budget_fraction * static_cast<float>(plain_unique) + 0.5f);
+  return limit < k ? k : (limit > n ? n : limit);
+}
+
+/// A greedy candidate's packed key: larger gain first, then the lower id.
+LYNX_HD std::uint64_t gain_key(float gain, int e) {
+  return (static_cast<std::uint64_t>(ordered_bits(gain)) << 16) |
+         static_cast<std::uint64_t>(0xFFFF - e);
+}
+
+}  // namespace detail
+}  // namespace lynx

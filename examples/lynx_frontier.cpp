@@ -30,8 +30,12 @@ struct point {
   summary s;
 };
 
-std::vector<lynx::route_params> sweep(const lynx::route_params& base, std::vector<std::string>& family,
+std::vector<lynx::route_params> sweep(const lynx::route_params& defaults, std::vector<std::string>& family,
                                       std::vector<std::string>& setting) {
+  lynx::route_params base = defaults;  // each family sets only its own knobs
+  base.anchor_top1 = false;
+  base.budget_experts = 0;
+  base.budget_fraction = base.budget_mass = 0.0f;
   std::vector<lynx::route_params> out;
   const auto push = [&](lynx::route_params p, const std::string& f) {
     out.push_back(p);
@@ -66,8 +70,21 @@ std::vector<lynx::route_params> sweep(const lynx::route_params& base, std::vecto
     p.budget_mass = m;
     push(p, "budget-mass");
   }
-  push(lynx::default_params(base.num_experts, base.top_k), "default");
+  push(defaults, "default");
   return out;
+}
+
+// Unique experts a family's front needs to retain `r` of the mass (linear between its points;
+// negative when the front never reaches r below plain top-k).
+double unique_at(const std::vector<const point*>& f, double r) {
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    const double ri = f[i]->s.mean(f[i]->s.retained), ui = f[i]->s.mean(f[i]->s.unique_after);
+    if (ri < r) continue;
+    if (i == 0) return ui;
+    const double r0 = f[i - 1]->s.mean(f[i - 1]->s.retained), u0 = f[i - 1]->s.mean(f[i - 1]->s.unique_after);
+    return u0 + (ui - u0) * (r - r0) / (ri - r0);
+  }
+  return -1;
 }
 
 // The Pareto front of one family: fewer unique experts and more retained mass are better.
@@ -97,9 +114,12 @@ void write_svg(const std::string& path, const std::vector<point>& pts, const std
   svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << cols * pw << "' height='" << rows * ph + 70
       << "' font-family='sans-serif' font-size='11'>\n<rect width='100%' height='100%' fill='white'/>\n"
       << "<text x='10' y='18' font-size='14'>" << title << "</text>\n";
-  for (std::size_t i = 0; i < families.size(); ++i)
-    svg << "<rect x='" << 10 + 150 * i << "' y='28' width='12' height='12' fill='" << colors[i % 7] << "'/><text x='"
-        << 26 + 150 * i << "' y='38'>" << families[i] << "</text>\n";
+  for (std::size_t i = 0; i + 1 < families.size(); ++i)
+    svg << "<rect x='" << 10 + 135 * i << "' y='28' width='12' height='12' fill='" << colors[i % 7] << "'/><text x='"
+        << 26 + 135 * i << "' y='38'>" << families[i] << "</text>\n";
+  const std::size_t last = families.size() - 1;  // the library default: a black ring
+  svg << "<circle cx='" << 16 + 135 * last << "' cy='34' r='5' fill='none' stroke='black' stroke-width='2'/><text x='"
+      << 26 + 135 * last << "' y='38'>" << families.back() << "</text>\n";
   for (std::size_t b = 0; b < sizes.size(); ++b) {
     const int ox = static_cast<int>(b % cols) * pw, oy = 50 + static_cast<int>(b / cols) * ph;
     double umin = 1e9, umax = 0, rmin = 1;
@@ -131,7 +151,7 @@ void write_svg(const std::string& path, const std::vector<point>& pts, const std
         svg << "<circle cx='" << X(p.s.mean(p.s.unique_after)) << "' cy='" << Y(p.s.mean(p.s.retained))
             << "' r='5' fill='none' stroke='black' stroke-width='2'/>\n";
         svg << "<circle cx='" << X(p.s.mean(p.s.unique_before)) << "' cy='" << Y(1.0) << "' r='4' fill='black'/><text x='"
-            << X(p.s.mean(p.s.unique_before)) - 45 << "' y='" << Y(1.0) + 14 << "'>plain top-k</text>\n";
+            << X(p.s.mean(p.s.unique_before)) - 62 << "' y='" << Y(1.0) + 16 << "'>plain top-k</text>\n";
       }
     for (std::size_t f = 0; f + 1 < families.size(); ++f) {
       const auto fr = front(pts, sizes[b], families[f]);
@@ -200,6 +220,24 @@ int main(int argc, char** argv) {
     for (const auto& f : family)
       if (std::find(families.begin(), families.end(), f) == families.end()) families.push_back(f);
     write_svg(svg_path, pts, sizes, families, "Unique experts vs retained mass: " + tr.name);
+    std::printf("\nunique experts each policy needs to keep a retained mass of 0.95 / 0.98 (interpolated on its front)\n%-16s",
+                "batch size");
+    for (const int bs : sizes) std::printf(" %15d", bs);
+    std::printf("\n");
+    for (std::size_t f = 0; f + 1 < families.size(); ++f) {
+      std::printf("%-16s", families[f].c_str());
+      for (const int bs : sizes) {
+        const auto fr = front(pts, bs, families[f]);
+        const auto cell = [](double u) { return u < 0 ? std::string("    -") : std::to_string(u).substr(0, 5); };
+        std::printf("   %5s / %5s", cell(unique_at(fr, 0.95)).c_str(), cell(unique_at(fr, 0.98)).c_str());
+      }
+      std::printf("\n");
+    }
+    std::printf("%-16s", "plain top-k");
+    for (const int bs : sizes)
+      for (const point& p : pts)
+        if (p.batch_size == bs && p.family == families.back()) std::printf("   %13.1f", p.s.mean(p.s.unique_before));
+    std::printf("\n");
     std::printf("\nwrote %s and %s\n", csv_path.c_str(), svg_path.c_str());
     return 0;
   } catch (const std::exception& e) {

@@ -1,4 +1,5 @@
-// The host path at real model shapes (one CPU core): lynx::host::route and topk_route.
+// The host path at real model shapes (one CPU core): lynx::host::route with the default policy
+// and with the paper's policy (lynx, the default alpha/beta and anchor), and topk_route.
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -7,23 +8,33 @@
 
 #include <lynx/host.hpp>
 
+#include "../examples/common/trace.hpp"
 #include "bench_shapes.hpp"
 
 namespace {
 
-std::vector<float> logits_for(int rows, int n) {
-  std::mt19937 rng(42);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(static_cast<std::size_t>(rows) * n);
-  for (float& x : v) x = normal(rng);
-  return v;
+// Router logits with real statistics: the generator fitted to the FLAME decode trace (README),
+// at the model's N and k; rows from the middle layer.
+std::vector<float> logits_for(int rows, int n, int k) {
+  lynx_examples::generator_options g;
+  g.num_experts = n;
+  g.top_k = k;
+  g.batches = 1;
+  g.batch_tokens = rows;
+  const lynx_examples::trace tr = lynx_examples::generate_trace(g);
+  const float* mid = tr.row(tr.layers / 2, 0);
+  return std::vector<float>(mid, mid + static_cast<std::size_t>(rows) * n);
 }
 
-template <bool Lynx>
+enum class which { topk, lynx_policy, default_policy };
+
+template <which W>
 void route_host(benchmark::State& state, lynx_bench::model_shape m) {
   const int rows = static_cast<int>(state.range(0));
-  const lynx::route_params p = lynx_bench::shape_params(m);
-  const auto logits = logits_for(rows, m.num_experts);
+  lynx::route_params p = lynx_bench::shape_params(m);
+  if (W == which::lynx_policy) p.kind = lynx::policy::lynx;
+  constexpr bool Lynx = W != which::topk;
+  const auto logits = logits_for(rows, m.num_experts, m.top_k);
   std::vector<int> ids(static_cast<std::size_t>(rows) * p.top_k);
   std::vector<float> w(ids.size());
   for (auto _ : state) {
@@ -39,8 +50,9 @@ void route_host(benchmark::State& state, lynx_bench::model_shape m) {
 const int registered = [] {
   for (const auto& m : lynx_bench::model_shapes)
     for (int t : lynx_bench::batch_sizes) {
-      benchmark::RegisterBenchmark((std::string("host/route/") + m.name).c_str(), route_host<true>, m)->Arg(t);
-      benchmark::RegisterBenchmark((std::string("host/topk_route/") + m.name).c_str(), route_host<false>, m)->Arg(t);
+      benchmark::RegisterBenchmark((std::string("host/route_default/") + m.name).c_str(), route_host<which::default_policy>, m)->Arg(t);
+      benchmark::RegisterBenchmark((std::string("host/route_lynx/") + m.name).c_str(), route_host<which::lynx_policy>, m)->Arg(t);
+      benchmark::RegisterBenchmark((std::string("host/topk_route/") + m.name).c_str(), route_host<which::topk>, m)->Arg(t);
     }
   return 0;
 }();

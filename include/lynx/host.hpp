@@ -90,7 +90,10 @@ void write_pad_rows(const std::vector<std::uint8_t>& loaded, const std::vector<s
 namespace detail {
 
 // The budget policy's greedy (detail/budget.hpp): anchors first, then the best marginal gain,
-// until the limit, the target mass, or no gain is left. Same steps as the device kernel.
+// until the limit, the target mass, or no gain is left. The device kernel evaluates every gain
+// at every step; here stale gains serve as upper bounds (lazy greedy). Each term of a gain only
+// shrinks as K grows and fp32 addition is monotone, so a stale sum bounds the fresh one even
+// in floating point, and the steps, the ties (lower id) and the sums are the device's exactly.
 template <class T>
 void budget_greedy(const T* logits, std::int64_t row_stride, const std::vector<std::uint8_t>& votes,
                    const std::vector<std::uint8_t>& anchors, const std::vector<float>& row_m,
@@ -98,47 +101,67 @@ void budget_greedy(const T* logits, std::int64_t row_stride, const std::vector<s
                    std::vector<std::uint8_t>& in_active) {
   namespace d = lynx::detail;
   const int n = p.num_experts, k = p.top_k, rows = static_cast<int>(votes.size());
-  std::vector<float> share(static_cast<std::size_t>(rows) * n, 0.0f), top(static_cast<std::size_t>(rows) * k, 0.0f);
-  int voters = 0;
-  for (int t = 0; t < rows; ++t) {
-    if (!votes[t]) continue;
-    ++voters;
+  std::vector<int> voters;
+  for (int t = 0; t < rows; ++t)
+    if (votes[t]) voters.push_back(t);
+  const int v = static_cast<int>(voters.size());
+  // share[e * v + i]: expert-major, so a gain is one contiguous pass in token order.
+  std::vector<float> share(static_cast<std::size_t>(n) * v), top(static_cast<std::size_t>(v) * k, 0.0f), kth(v, 0.0f);
+  for (int i = 0; i < v; ++i) {
+    const int t = voters[i];
     const T* row = logits + t * row_stride;
     const float sum = d::plain_activation_sum(row, row_m[t], plain.data() + static_cast<std::size_t>(t) * k, k, p.score);
     for (int e = 0; e < n; ++e)
-      share[static_cast<std::size_t>(t) * n + e] = d::activation(d::load_logit(row, e), row_m[t], p.score) / sum;
+      share[static_cast<std::size_t>(e) * v + i] = d::activation(d::load_logit(row, e), row_m[t], p.score) / sum;
   }
-  int size = 0;
-  float total = 0.0f;
   const auto gain_of = [&](int e) {
+    const float* s = share.data() + static_cast<std::size_t>(e) * v;
     float g = 0.0f;
-    for (int t = 0; t < rows; ++t)
-      if (votes[t]) g += d::share_gain(share[static_cast<std::size_t>(t) * n + e], top[static_cast<std::size_t>(t) * k + k - 1]);
+    for (int i = 0; i < v; ++i) g += d::share_gain(s[i], kth[i]);
     return g;
   };
+  int size = 0;
+  float total = 0.0f;
   const auto add = [&](int e, float gain) {
     in_active[e] = 1;
     ++size;
     total += gain;
-    for (int t = 0; t < rows; ++t)
-      if (votes[t]) d::share_insert(&top[static_cast<std::size_t>(t) * k], k, share[static_cast<std::size_t>(t) * n + e]);
+    const float* s = share.data() + static_cast<std::size_t>(e) * v;
+    for (int i = 0; i < v; ++i) {
+      if (!(s[i] > kth[i])) continue;
+      d::share_insert(&top[static_cast<std::size_t>(i) * k], k, s[i]);
+      kth[i] = top[static_cast<std::size_t>(i) * k + k - 1];
+    }
   };
   for (int e = 0; e < n; ++e)  // pinned experts are loaded whatever the budget says
     if (in_active[e]) add(e, gain_of(e));
   const int limit = d::budget_limit(p.budget_experts, p.budget_fraction, plain_unique, n, k);
-  const float target = p.budget_mass * static_cast<float>(voters);
+  const float target = p.budget_mass * static_cast<float>(v);
+  std::vector<float> bound(n);
+  std::vector<int> fresh_at(n, -1);  // the step at which bound[e] was computed
+  for (int e = 0; e < n; ++e) bound[e] = in_active[e] ? 0.0f : gain_of(e);
+  std::fill(fresh_at.begin(), fresh_at.end(), size);
   for (int phase = 0; phase < 2; ++phase)
     while (size < limit && (phase == 0 || !(p.budget_mass > 0.0f) || total < target)) {
-      std::uint64_t best = 0;
-      float best_gain = 0.0f;
-      for (int e = 0; e < n; ++e) {
-        if (in_active[e] || (phase == 0 && !anchors[e])) continue;
-        const float g = gain_of(e);
-        const std::uint64_t key = d::gain_key(g, e);
-        if (key > best) best = key, best_gain = g;
+      int pick = -1;
+      for (;;) {
+        std::uint64_t best = 0;
+        for (int e = 0; e < n; ++e) {
+          if (in_active[e] || (phase == 0 && !anchors[e])) continue;
+          const std::uint64_t key = d::gain_key(bound[e], e);
+          best = key > best ? key : best;
+        }
+        if (best == 0) break;
+        const int e = d::key_expert(best);
+        if (fresh_at[e] == size) {
+          pick = e;
+          break;
+        }
+        bound[e] = gain_of(e);
+        fresh_at[e] = size;
       }
-      if (best == 0 || (phase == 1 && !(best_gain > 0.0f))) break;
-      add(d::key_expert(best), best_gain);
+      if (pick < 0 || (phase == 1 && !(bound[pick] > 0.0f))) break;
+      add(pick, bound[pick]);
     }
 }
 
@@ -165,13 +188,16 @@ status remap_topk(const T* logits, std::int64_t row_stride, int num_rows, int nu
   std::vector<float> mass(num_rows), row_m(num_rows);
   std::uint64_t best[max_top_k];
 
+  // Every voting row's logit keys, built once and reused by every selection below.
+  std::vector<std::uint64_t> keys(static_cast<std::size_t>(num_valid) * n);
   for (int t = 0; t < num_valid; ++t) {  // selection: each row's contribution to K
     const T* row = logits + t * row_stride;
-    row_m[t] = d::row_max(row, n);
+    std::uint64_t* rk = keys.data() + static_cast<std::size_t>(t) * n;
+    row_m[t] = d::row_keys(row, n, rk);
     if (row_m[t] == -INFINITY) continue;
     votes[t] = 1;
     std::uint64_t* pk = plain.data() + static_cast<std::size_t>(t) * k;
-    d::plain_topk(row, n, k, pk);
+    d::topk_of_keys(rk, n, k, pk);
     for (int i = 0; i < k; ++i) in_plain[d::key_expert(pk[i])] = 1;
     mass[t] = d::original_mass(row, n, row_m[t], pk, k, p.score, p.renormalize);
     if (p.pinned && p.pinned[t]) {
@@ -182,7 +208,7 @@ status remap_topk(const T* logits, std::int64_t row_stride, int num_rows, int nu
     if (p.kind == policy::lynx) {
       const std::int8_t* q = bins + static_cast<std::int64_t>(t) * n;
       d::topk_clear(best, k);
-      for (int e = 0; e < n; ++e) d::topk_push(best, k, d::z_key(q[e], ranks[e], d::load_logit(row, e), e));
+      for (int e = 0; e < n; ++e) d::topk_push(best, k, d::z_key_high(q[e], ranks[e]) | rk[e]);
       for (int i = 0; i < k; ++i) in_active[d::key_expert(best[i])] = 1;
     } else if (p.kind == policy::piggyback) {
       for (int i = 0; i < p.keep_k; ++i) in_active[d::key_expert(pk[i])] = 1;
@@ -193,12 +219,15 @@ status remap_topk(const T* logits, std::int64_t row_stride, int num_rows, int nu
   if (p.kind == policy::budget)
     detail::budget_greedy(logits, row_stride, votes, anchors, row_m, plain, detail::count_flags(in_plain), p, in_active);
 
-  for (int t = 0; t < num_rows; ++t) {  // final: each row's top-k inside K
+  std::vector<std::uint64_t> active_bits(n);
+  for (int e = 0; e < n; ++e) active_bits[e] = d::active_bit(in_active[e] != 0);
+  for (int t = 0; t < num_valid; ++t) {  // final: each row's top-k inside K (d::final_topk)
     if (!votes[t]) continue;
-    const T* row = logits + t * row_stride;
-    d::final_topk(row, n, k, in_active.data(), best);
+    const std::uint64_t* rk = keys.data() + static_cast<std::size_t>(t) * n;
+    d::topk_clear(best, k);
+    for (int e = 0; e < n; ++e) d::topk_push(best, k, rk[e] | active_bits[e]);
     for (int i = 0; i < k; ++i) in_final[d::key_expert(best[i])] = 1;
-    d::emit_row(row, row_m[t], best, k, p.score, p.renormalize, mass[t],
+    d::emit_row(logits + t * row_stride, row_m[t], best, k, p.score, p.renormalize, mass[t],
                 ids + static_cast<std::int64_t>(t) * k, weights + static_cast<std::int64_t>(t) * k);
   }
   const bool fallback = detail::count_flags(in_final) > detail::count_flags(in_plain);

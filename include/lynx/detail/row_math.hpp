@@ -66,6 +66,8 @@ LYNX_HD float bits_float(std::uint32_t b) {
 LYNX_HD float fma_f32(float a, float b, float c) {
 #if defined(__CUDA_ARCH__)
   return __fmaf_rn(a, b, c);
+#elif defined(__FMA__) && defined(__GNUC__)
+  return __builtin_fmaf(a, b, c);  // one instruction; the same single rounding as libm's
 #else
   return std::fma(a, b, c);
 #endif
@@ -102,7 +104,7 @@ LYNX_HD int affinity_bin_of(float l, float m, float alpha, int depth) {
   const float d = l - m;
   const float x = alpha * d;
   if (!(x > -static_cast<float>(depth))) return -depth;  // also -inf and NaN (-inf - -inf)
-  return static_cast<int>(ceilf(x));
+  return -static_cast<int>(-x);  // = ceil(x) on (-depth, 0]; inlines where ceilf may not
 }
 
 // Packed selection keys: a larger key wins. The low 16 bits hold 0xFFFF - id so that equal
@@ -114,10 +116,16 @@ LYNX_HD std::uint64_t logit_key(float l, int e) {
 
 /// SPEC §3.3 step 1 as one integer: own bin, then the expert's batch rank (0 = strongest
 /// histogram), then the logit, then the lower id. See score_experts for why a rank suffices.
-LYNX_HD std::uint64_t z_key(int q, int rank, float l, int e) {
+LYNX_HD std::uint64_t z_key_high(int q, int rank) {
   return (static_cast<std::uint64_t>(q + max_bin_depth) << 59) |
-         (static_cast<std::uint64_t>(2047 - rank) << 48) | logit_key(l, e);
+         (static_cast<std::uint64_t>(2047 - rank) << 48);
 }
+LYNX_HD std::uint64_t z_key(int q, int rank, float l, int e) {
+  return z_key_high(q, rank) | logit_key(l, e);
+}
+
+/// Marks a key as inside the active set, so it outranks every key outside (final_topk).
+LYNX_HD std::uint64_t active_bit(bool active) { return active ? std::uint64_t{1} << 63 : 0; }
 
 LYNX_HD int key_expert(std::uint64_t key) { return 0xFFFF - static_cast<int>(key & 0xFFFFu); }
 
@@ -143,8 +151,7 @@ LYNX_HD void final_topk(const T* row, int n, int k, const std::uint8_t* in_activ
                         std::uint64_t* best) {
   topk_clear(best, k);
   for (int e = 0; e < n; ++e)
-    topk_push(best, k,
-              logit_key(load_logit(row, e), e) | (in_active[e] ? (std::uint64_t{1} << 63) : 0));
+    topk_push(best, k, logit_key(load_logit(row, e), e) | active_bit(in_active[e] != 0));
 }
 
 /// The index of the row's argmax (ties: lower id); the row must have a finite logit.
@@ -156,6 +163,25 @@ LYNX_HD int row_argmax(const T* row, int n) {
     best = key > best ? key : best;
   }
   return key_expert(best);
+}
+
+/// Every expert's logit key for a row, and the row's max (-inf: the row does not vote). The
+/// host path builds these once per row and reuses them for every selection.
+template <class T>
+LYNX_HD float row_keys(const T* row, int n, std::uint64_t* keys) {
+  float m = -INFINITY;
+  for (int e = 0; e < n; ++e) {
+    const float x = load_logit(row, e);
+    keys[e] = logit_key(x, e);
+    m = x > m ? x : m;
+  }
+  return m;
+}
+
+/// Top-k of precomputed keys.
+LYNX_HD void topk_of_keys(const std::uint64_t* keys, int n, int k, std::uint64_t* best) {
+  topk_clear(best, k);
+  for (int e = 0; e < n; ++e) topk_push(best, k, keys[e]);
 }
 
 template <class T>

@@ -18,9 +18,7 @@ cudaError_t affinity_bin(const T* logits, std::int64_t row_stride, int num_rows,
   if (const status s = check(p, num_rows, row_stride, valid, {logits, bins}); s != status::success)
     return detail::to_cuda_error(s);
   if (num_rows == 0 || (!valid.device_ptr && valid.value == 0)) return cudaSuccess;
-  constexpr int warps = detail::warp_block_threads / 32;
-  const int blocks = (num_rows + warps - 1) / warps;
-  detail::affinity_bin_kernel<T><<<blocks, detail::warp_block_threads, 0, stream>>>(
+  detail::affinity_bin_kernel<T><<<detail::warp_row_blocks(num_rows), detail::warp_block_threads, 0, stream>>>(
       logits, row_stride, num_rows, valid, p.num_experts, p.alpha, detail::bin_depth(p.beta), bins);
   return cudaGetLastError();
 }

@@ -16,27 +16,22 @@ cudaError_t launch_remap(const remap_workspace& ws, const T* logits, std::int64_
                          int num_rows, token_count valid, const std::int8_t* bins,
                          const std::int32_t* ranks, const route_params& p, IdT* ids,
                          float* weights, cudaStream_t stream) {
-  const int n = p.num_experts, k = p.top_k, blocks = row_blocks(num_rows);
-  if (const cudaError_t e = cudaMemsetAsync(ws.flags, 0, 4 * static_cast<std::size_t>(n), stream);
-      e != cudaSuccess)
+  const int n = p.num_experts, blocks = warp_row_blocks(num_rows);
+  if (const cudaError_t e = cudaMemsetAsync(ws.flags, 0, 4 * sizeof(std::uint32_t) * n, stream); e != cudaSuccess)
     return e;
+  const batch_state st{ws.in_active(), ws.in_plain(), ws.in_final(), ws.anchors(), ws.votes, ws.row_mass};
   return dispatch_experts(n, [&](auto max_n) {
     constexpr int MaxN = decltype(max_n)::value;
-    select_kernel<T, MaxN><<<blocks, row_block_threads, 0, stream>>>(
-        logits, row_stride, num_rows, valid, bins, ranks, p, ws.votes, ws.in_active(),
-        ws.in_plain(), ws.anchors(), ws.row_mass);
+    select_kernel<T, MaxN><<<blocks, warp_block_threads, 0, stream>>>(logits, row_stride, num_rows, valid, bins,
+                                                                       ranks, p, st);
     if (p.kind == policy::budget)
-      budget_kernel<T><<<1, 1024, 0, stream>>>(logits, row_stride, num_rows, p, ws.votes,
-                                                ws.anchors(), ws.in_plain(), ws.in_active(),
-                                                ws.share, ws.top);
+      budget_kernel<T><<<1, 1024, 0, stream>>>(logits, row_stride, num_rows, p, st, ws.share, ws.top);
     else if (p.anchor_top1)
       merge_flags_kernel<<<1, 1024, 0, stream>>>(ws.anchors(), n, ws.in_active());
-    final_kernel<T, IdT, MaxN><<<blocks, row_block_threads, 0, stream>>>(
-        logits, row_stride, num_rows, n, k, p.score, p.renormalize, ws.votes, ws.in_active(),
-        ws.row_mass, ws.in_final(), ids, weights);
-    finish_kernel<T, IdT, MaxN><<<blocks, row_block_threads, 0, stream>>>(
-        logits, row_stride, num_rows, n, k, p.score, p.renormalize, p.pad_with_sentinel,
-        p.sentinel_id, ws.votes, ws.in_plain(), ws.in_final(), ws.row_mass, ids, weights);
+    final_kernel<T, IdT, MaxN><<<blocks, warp_block_threads, 0, stream>>>(logits, row_stride, num_rows, p, st, ids,
+                                                                           weights);
+    finish_kernel<T, IdT, MaxN><<<blocks, warp_block_threads, 0, stream>>>(logits, row_stride, num_rows, p, st, ids,
+                                                                            weights);
     return cudaGetLastError();
   });
 }

@@ -15,7 +15,8 @@ namespace lynx {
 /// weights [num_rows x k]. Rows >= valid are padding (SPEC §5). CUB-style: call with
 /// workspace == nullptr to get workspace_bytes; no allocation, no synchronization,
 /// graph-capturable, deterministic. Returns cudaErrorInvalidValue (nothing written) when
-/// lynx::check rejects the arguments.
+/// lynx::check rejects the arguments. Up to 512 rows and 512 experts the whole step is one
+/// kernel launch (one block); larger calls run the stages' kernels in turn.
 template <class T, class IdT>
 cudaError_t route(void* workspace, std::size_t& workspace_bytes, const T* logits,
                   std::int64_t row_stride, int num_rows, token_count valid, const route_params& p,
@@ -33,6 +34,17 @@ cudaError_t route(void* workspace, std::size_t& workspace_bytes, const T* logits
   }
   if (workspace_bytes < carver.used) return cudaErrorInvalidValue;
   if (num_rows == 0 || (!valid.device_ptr && valid.value == 0)) return cudaSuccess;
+  if (num_rows <= detail::fused_max_rows && p.num_experts <= detail::fused_max_experts) {
+    // Decode sizes: the whole step in one launch (one block; no host sync, no allocation).
+    const auto launch = [&](auto max_n) {
+      constexpr int MaxN = decltype(max_n)::value;
+      detail::fused_route_kernel<T, IdT, MaxN><<<1, detail::fused_threads, 0, stream>>>(
+          logits, row_stride, num_rows, valid, p, ws.bins, ws.remap.share, ws.remap.top, ids, weights);
+      return cudaGetLastError();
+    };
+    return p.num_experts <= 128 ? launch(std::integral_constant<int, 128>{})
+                                : launch(std::integral_constant<int, detail::fused_max_experts>{});
+  }
   if (lynx_policy) {  // the other policies need no bins or scores
     if (cudaError_t e = affinity_bin(logits, row_stride, num_rows, valid, p, ws.bins, stream);
         e != cudaSuccess)

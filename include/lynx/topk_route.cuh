@@ -19,7 +19,7 @@ cudaError_t topk_route(void* workspace, std::size_t& workspace_bytes, const T* l
       s != status::success)
     return detail::to_cuda_error(s);
   detail::workspace_carver carver{static_cast<char*>(workspace)};
-  std::uint8_t* in_plain = carver.take<std::uint8_t>(p.num_experts);
+  std::uint32_t* in_plain = carver.take<std::uint32_t>(p.num_experts);
   std::uint8_t* votes = carver.take<std::uint8_t>(num_rows);
   if (!workspace) {
     workspace_bytes = carver.used;
@@ -27,16 +27,16 @@ cudaError_t topk_route(void* workspace, std::size_t& workspace_bytes, const T* l
   }
   if (workspace_bytes < carver.used) return cudaErrorInvalidValue;
   if (num_rows == 0 || (!valid.device_ptr && valid.value == 0)) return cudaSuccess;
-  const int n = p.num_experts, k = p.top_k, blocks = detail::row_blocks(num_rows);
-  if (const cudaError_t e = cudaMemsetAsync(in_plain, 0, n, stream); e != cudaSuccess) return e;
-  detail::plain_kernel<T, IdT><<<blocks, detail::row_block_threads, 0, stream>>>(
-      logits, row_stride, num_rows, valid, n, k, p.score, p.renormalize, votes, in_plain, ids,
-      weights);
+  const int n = p.num_experts, blocks = detail::warp_row_blocks(num_rows);
+  if (const cudaError_t e = cudaMemsetAsync(in_plain, 0, sizeof(std::uint32_t) * n, stream); e != cudaSuccess) return e;
+  // Only the plain flags and votes are used; the final set is the plain one (no fallback).
+  const detail::batch_state st{nullptr, in_plain, in_plain, nullptr, votes, nullptr};
   return detail::dispatch_experts(n, [&](auto max_n) {
-    detail::finish_kernel<T, IdT, decltype(max_n)::value>
-        <<<blocks, detail::row_block_threads, 0, stream>>>(
-            logits, row_stride, num_rows, n, k, p.score, p.renormalize, p.pad_with_sentinel,
-            p.sentinel_id, votes, in_plain, in_plain, nullptr, ids, weights);
+    constexpr int MaxN = decltype(max_n)::value;
+    detail::plain_kernel<T, IdT, MaxN><<<blocks, detail::warp_block_threads, 0, stream>>>(
+        logits, row_stride, num_rows, valid, p, st, ids, weights);
+    detail::finish_kernel<T, IdT, MaxN><<<blocks, detail::warp_block_threads, 0, stream>>>(
+        logits, row_stride, num_rows, p, st, ids, weights);
     return cudaGetLastError();
   });
 }

@@ -191,6 +191,52 @@ TEST(Device, PoliciesMatchHost) {
       }
 }
 
+TEST(Device, StageByStagePathMatchesHost) {
+  // route() fuses decode sizes into one kernel; the stage launchers (and route above 512 rows
+  // or experts) run one kernel per stage. Both must equal the host path.
+  SKIP_WITHOUT_DEVICE();
+  const int dims[][3] = {{64, 6, 16}, {128, 8, 64}, {160, 6, 33}, {512, 10, 256}};
+  for (const auto& d : dims)
+    for (const auto kind : {lynx::policy::lynx, lynx::policy::piggyback, lynx::policy::budget}) {
+      const int n = d[0], k = d[1], rows = d[2];
+      auto p = lynx::default_params(n, k);
+      p.kind = kind;
+      p.keep_k = 2;
+      const auto L = lynx_test::random_logits(rows, n, 31 + n + static_cast<int>(kind), 1.0f);
+      std::vector<int> want(rows * k);
+      std::vector<float> want_w(rows * k);
+      ASSERT_EQ(lynx::host::route(L.data(), n, rows, rows, p, want.data(), want_w.data()), lynx::status::success);
+      auto d_L = to_device(L);
+      thrust::device_vector<std::int8_t> d_bins(static_cast<std::size_t>(rows) * n);
+      thrust::device_vector<std::int32_t> d_counts(static_cast<std::size_t>(lynx::max_bins) * n), d_ranks(n);
+      thrust::device_vector<int> d_ids(rows * k);
+      thrust::device_vector<float> d_w(rows * k);
+      const float* x = thrust::raw_pointer_cast(d_L.data());
+      ASSERT_EQ(lynx::affinity_bin(x, n, rows, rows, p, thrust::raw_pointer_cast(d_bins.data())), cudaSuccess);
+      ASSERT_EQ(lynx::score_experts(thrust::raw_pointer_cast(d_bins.data()), rows, p, thrust::raw_pointer_cast(d_counts.data()),
+                                    thrust::raw_pointer_cast(d_ranks.data())),
+                cudaSuccess);
+      std::size_t bytes = 0;
+      const cudaError_t query = lynx::remap_topk<float, int>(nullptr, bytes, nullptr, n, rows, rows, nullptr, nullptr, p,
+                                                             nullptr, nullptr);
+      ASSERT_EQ(query, cudaSuccess);
+      thrust::device_vector<char> ws(bytes);
+      ASSERT_EQ(lynx::remap_topk(thrust::raw_pointer_cast(ws.data()), bytes, x, n, rows, rows,
+                                 thrust::raw_pointer_cast(d_bins.data()), thrust::raw_pointer_cast(d_ranks.data()), p,
+                                 thrust::raw_pointer_cast(d_ids.data()), thrust::raw_pointer_cast(d_w.data())),
+                cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(to_host(d_ids), want) << "N " << n << " policy " << static_cast<int>(kind);
+      expect_weights_close(to_host(d_w), want_w, "stage-by-stage weights");
+    }
+  // More rows than the fused path takes: route runs the stage kernels.
+  compare_with_host<__nv_bfloat16, int>(entry::route, lynx_test::random_logits(700, 64, 5, 1.0f), 700, 650,
+                                        lynx::default_params(64, 6));
+  auto lynx_policy = lynx::default_params(128, 8);
+  lynx_policy.kind = lynx::policy::lynx;
+  compare_with_host<float, std::int64_t>(entry::route, lynx_test::random_logits(600, 128, 6, 1.0f), 600, 600, lynx_policy);
+}
+
 TEST(Device, StagesMatchHostBitwise) {
   SKIP_WITHOUT_DEVICE();
   for (const shape& s : shapes) {

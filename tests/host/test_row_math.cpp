@@ -1,6 +1,7 @@
 // The shared per-element math: exp_f32 accuracy, key order, the output order on equal weights.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -48,6 +49,30 @@ TEST(RowMath, EqualWeightsGoToTheLowerId) {
   ASSERT_EQ(lynx::host::topk_route(L.data(), 4, 1, 1, p, ids.data(), w.data()), lynx::status::success);
   EXPECT_EQ(ids, (std::vector<int>{0, 1, 3}));
   EXPECT_EQ(w[0], 1.0f);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(RowMath, CanonicalRowSumIsTheWarpButterfly) {
+  // The butterfly sum differs from a left-to-right sum only by rounding, and every lane of the
+  // emulated warp ends with the same value (what lets the device use any lane's result).
+  std::vector<float> row(300);
+  for (int e = 0; e < 300; ++e) row[e] = std::sin(0.37f * e) * 3.0f;
+  const float m = *std::max_element(row.begin(), row.end());
+  double exact = 0;
+  for (float x : row) exact += std::exp(static_cast<double>(x) - m);
+  const float canonical = lynx::detail::row_exp_sum(row.data(), 300, m);
+  EXPECT_NEAR(canonical, exact, 2e-6 * exact);
+  float p[32];
+  for (int j = 0; j < 32; ++j) p[j] = lynx::detail::lane_exp_sum(row.data(), 300, m, j);
+  for (int o = 16; o > 0; o >>= 1) {
+    float next[32];
+    for (int j = 0; j < 32; ++j) next[j] = p[j] + p[j ^ o];
+    std::copy(next, next + 32, p);
+  }
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(p[j], canonical);
 }
 
 }  // namespace

@@ -18,16 +18,18 @@ namespace lynx {
 namespace detail {
 
 /// Lexicographic H[a] > H[b] over bins 0 .. nbins-1.
-LYNX_HD bool histogram_greater(const std::int32_t* counts, int n, int nbins, int a, int b) {
+template <class Count>
+LYNX_HD bool histogram_greater(const Count* counts, int n, int nbins, int a, int b) {
   for (int j = 0; j < nbins; ++j) {
-    const std::int32_t ca = counts[j * n + a], cb = counts[j * n + b];
+    const Count ca = counts[j * n + a], cb = counts[j * n + b];
     if (ca != cb) return ca > cb;
   }
   return false;
 }
 
 /// Competition rank of expert e: how many experts have a strictly greater histogram.
-LYNX_HD int histogram_rank(const std::int32_t* counts, int n, int nbins, int e) {
+template <class Count>
+LYNX_HD int histogram_rank(const Count* counts, int n, int nbins, int e) {
   int r = 0;
   for (int o = 0; o < n; ++o) r += histogram_greater(counts, n, nbins, o, e) ? 1 : 0;
   return r;

@@ -201,21 +201,49 @@ LYNX_HD void plain_topk(const T* row, int n, int k, std::uint64_t* best) {
   for (int e = 0; e < n; ++e) topk_push(best, k, logit_key(load_logit(row, e), e));
 }
 
-/// The row's original top-k mass that "no renormalize" keeps (SPEC §3.3 step 4):
-/// softmax: sum of the top-k probabilities; sigmoid: sum of the top-k sigmoids.
+/// Lane j's share of a canonical row sum of exp(l - m): experts j, j+32, j+64, ... in order.
 template <class T>
-LYNX_HD float original_mass(const T* row, int n, float m, const std::uint64_t* topk, int k,
-                            scoring s, bool renormalize) {
-  if (renormalize) return 1.0f;  // unused then; skips a pass of N exps
+LYNX_HD float lane_exp_sum(const T* row, int n, float m, int lane) {
+  float sum = 0.0f;
+  for (int e = lane; e < n; e += 32) sum += exp_f32(load_logit(row, e) - m);
+  return sum;
+}
+
+/// The canonical order of the one N-long float sum (the softmax total): 32 strided lane sums
+/// combined by an xor butterfly (16, 8, 4, 2, 1), exactly as a warp computes it with
+/// __shfl_xor_sync. The host runs this emulation, so host and device totals are bitwise equal.
+template <class T>
+LYNX_HD float row_exp_sum(const T* row, int n, float m) {
+  float p[32];
+  for (int j = 0; j < 32; ++j) p[j] = lane_exp_sum(row, n, m, j);
+  for (int o = 16; o > 0; o >>= 1) {
+    float next[32];
+    for (int j = 0; j < 32; ++j) next[j] = p[j] + p[j ^ o];
+    for (int j = 0; j < 32; ++j) p[j] = next[j];
+  }
+  return p[0];
+}
+
+/// The row's original top-k mass that "no renormalize" keeps (SPEC §3.3 step 4):
+/// softmax: sum of the top-k probabilities; sigmoid: sum of the top-k sigmoids. `total` is
+/// row_exp_sum (softmax only; a warp passes its butterfly result).
+template <class T>
+LYNX_HD float topk_mass(const T* row, float m, const std::uint64_t* topk, int k, scoring s,
+                        float total) {
   float top = 0.0f;
   if (s == scoring::sigmoid) {
     for (int i = 0; i < k; ++i) top += sigmoid(load_logit(row, key_expert(topk[i])));
     return top;
   }
-  float total = 0.0f;
-  for (int e = 0; e < n; ++e) total += exp_f32(load_logit(row, e) - m);
   for (int i = 0; i < k; ++i) top += exp_f32(load_logit(row, key_expert(topk[i])) - m);
   return top / total;
+}
+
+template <class T>
+LYNX_HD float original_mass(const T* row, int n, float m, const std::uint64_t* topk, int k,
+                            scoring s, bool renormalize) {
+  if (renormalize) return 1.0f;  // unused then; skips a pass of N exps
+  return topk_mass(row, m, topk, k, s, s == scoring::sigmoid ? 0.0f : row_exp_sum(row, n, m));
 }
 
 /// Weights of the chosen experts (SPEC §3.3 step 4), given in key order (logit descending,
@@ -236,7 +264,8 @@ LYNX_HD void chosen_weights(const T* row, float m, const std::uint64_t* chosen, 
 
 /// SPEC §5: the ids a non-voting row gets: the k lowest ids of the set the batch loads,
 /// filled up with the lowest other ids. `loaded` is a 0/1 flag per expert.
-LYNX_HD void pad_ids(const std::uint8_t* loaded, int n, int k, int* out) {
+template <class Flag>
+LYNX_HD void pad_ids(const Flag* loaded, int n, int k, int* out) {
   int c = 0;
   for (int e = 0; e < n && c < k; ++e)
     if (loaded[e]) out[c++] = e;

@@ -27,29 +27,31 @@ struct workspace_carver {
   }
 };
 
-/// remap_topk's scratch: per-expert flags (active, plain, final, anchor), per-row vote and
-/// mass, and for the budget policy the token-by-expert shares and each token's k best.
+/// remap_topk's scratch: per-expert flags (active, plain, final, anchor; uint32 for atomicOr),
+/// per-row vote and mass, and for the budget policy the expert-by-token shares and each
+/// token's k best.
 struct remap_workspace {
-  std::uint8_t* flags;  // 4 * n bytes, zeroed by the launcher before use
-  std::uint8_t* votes;  // num_rows
-  float* row_mass;      // num_rows
-  float* share;         // num_rows * n (budget only)
-  float* top;           // num_rows * k (budget only)
+  std::uint32_t* flags;  // 4 * n, zeroed by the launcher before use
+  std::uint8_t* votes;   // num_rows
+  float* row_mass;       // num_rows
+  float* share;          // n * num_rows (budget only)
+  float* top;            // num_rows * k (budget only)
+  int n;
   remap_workspace(workspace_carver& c, int num_rows, int n, int k, bool budget)
-      : flags(c.take<std::uint8_t>(4 * static_cast<std::size_t>(n))),
+      : flags(c.take<std::uint32_t>(4 * static_cast<std::size_t>(n))),
         votes(c.take<std::uint8_t>(num_rows)),
         row_mass(c.take<float>(num_rows)),
         share(c.take<float>(budget ? static_cast<std::size_t>(num_rows) * n : 0)),
         top(c.take<float>(budget ? static_cast<std::size_t>(num_rows) * k : 0)),
         n(n) {}
-  std::uint8_t* in_active() const { return flags; }
-  std::uint8_t* in_plain() const { return flags + n; }
-  std::uint8_t* in_final() const { return flags + 2 * n; }
-  std::uint8_t* anchors() const { return flags + 3 * n; }
-  int n;
+  std::uint32_t* in_active() const { return flags; }
+  std::uint32_t* in_plain() const { return flags + n; }
+  std::uint32_t* in_final() const { return flags + 2 * n; }
+  std::uint32_t* anchors() const { return flags + 3 * n; }
 };
 
-/// route's scratch: the stage outputs, then remap_topk's scratch.
+/// route's scratch: the stage outputs, then remap_topk's scratch. The fused path uses only
+/// bins (lynx) and the budget scratch.
 struct route_workspace {
   std::int8_t* bins;     // num_rows * n
   std::int32_t* counts;  // max_bins * n

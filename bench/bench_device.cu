@@ -1,0 +1,141 @@
+// Device time of each stage, the composed step and topk_route at real model shapes, for T in
+// {1, 4, 16, 64, 256} and bf16/fp32 logits. Timing: the operation is captured into a CUDA
+// graph of `reps` back-to-back launches, replayed, and timed with CUDA events (manual time per
+// launch), which is how an engine runs it and removes launch overhead at the µs scale.
+#include <benchmark/benchmark.h>
+
+#include <cuda_bf16.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <lynx/lynx.cuh>
+
+#include "../examples/common/trace.hpp"
+#include "bench_shapes.hpp"
+
+namespace {
+
+constexpr int reps = 20;
+
+bool has_device() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+struct device_buffer {
+  void* p = nullptr;
+  explicit device_buffer(std::size_t bytes) { cudaMalloc(&p, bytes ? bytes : 1); }
+  ~device_buffer() { cudaFree(p); }
+  template <class T>
+  T* as() const { return static_cast<T*>(p); }
+};
+
+// Times `op(stream)` (which must be graph-capturable) per launch.
+void time_graph(benchmark::State& state, const std::function<cudaError_t(cudaStream_t)>& op) {
+  cudaStream_t stream;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (op(stream) != cudaSuccess || cudaStreamSynchronize(stream) != cudaSuccess) {  // warm-up, checks
+    state.SkipWithError("operation failed");
+    return;
+  }
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+  for (int i = 0; i < reps; ++i) op(stream);
+  cudaStreamEndCapture(stream, &graph);
+  cudaGraphInstantiate(&exec, graph, 0);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaGraphLaunch(exec, stream);
+  cudaStreamSynchronize(stream);
+  for (auto _ : state) {
+    cudaEventRecord(start, stream);
+    cudaGraphLaunch(exec, stream);
+    cudaEventRecord(stop, stream);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    state.SetIterationTime(ms / 1e3 / reps);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+enum class op { affinity_bin, score_experts, remap_topk, route_default, route_lynx, topk_route };
+
+template <class T>
+void run(benchmark::State& state, lynx_bench::model_shape m, op which) {
+  if (!has_device()) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  const int rows = static_cast<int>(state.range(0)), n = m.num_experts;
+  lynx::route_params p = lynx_bench::shape_params(m);
+  if (which != op::route_default) p.kind = lynx::policy::lynx;
+  lynx_examples::generator_options g;
+  g.num_experts = n;
+  g.top_k = m.top_k;
+  g.batches = 1;
+  g.batch_tokens = rows;
+  const auto tr = lynx_examples::generate_trace(g);
+  std::vector<T> host(static_cast<std::size_t>(rows) * n);
+  const float* mid = tr.row(tr.layers / 2, 0);
+  for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<T>(mid[i]);
+  device_buffer logits(host.size() * sizeof(T)), ids(static_cast<std::size_t>(rows) * p.top_k * sizeof(int)),
+      weights(static_cast<std::size_t>(rows) * p.top_k * sizeof(float)), bins(static_cast<std::size_t>(rows) * n),
+      counts(static_cast<std::size_t>(lynx::max_bins) * n * 4), ranks(static_cast<std::size_t>(n) * 4);
+  cudaMemcpy(logits.p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+  std::size_t ws_bytes = 0, a = 0;
+  lynx::route<T, int>(nullptr, ws_bytes, nullptr, n, rows, rows, p, nullptr, nullptr);
+  lynx::topk_route<T, int>(nullptr, a, nullptr, n, rows, rows, p, nullptr, nullptr);
+  ws_bytes = std::max(ws_bytes, a);
+  lynx::remap_topk<T, int>(nullptr, a, nullptr, n, rows, rows, nullptr, nullptr, p, nullptr, nullptr);
+  ws_bytes = std::max(ws_bytes, a);
+  device_buffer ws(ws_bytes);
+  const T* L = logits.as<T>();
+  // Inputs for the later stages come from running the earlier ones once.
+  lynx::affinity_bin(L, n, rows, rows, p, bins.as<std::int8_t>());
+  lynx::score_experts(bins.as<std::int8_t>(), rows, p, counts.as<std::int32_t>(), ranks.as<std::int32_t>());
+  cudaDeviceSynchronize();
+  time_graph(state, [&](cudaStream_t s) -> cudaError_t {
+    std::size_t bytes = ws_bytes;
+    switch (which) {
+      case op::affinity_bin: return lynx::affinity_bin(L, n, rows, rows, p, bins.as<std::int8_t>(), s);
+      case op::score_experts:
+        return lynx::score_experts(bins.as<std::int8_t>(), rows, p, counts.as<std::int32_t>(), ranks.as<std::int32_t>(), s);
+      case op::remap_topk:
+        return lynx::remap_topk(ws.p, bytes, L, n, rows, rows, bins.as<std::int8_t>(), ranks.as<std::int32_t>(), p,
+                                ids.as<int>(), weights.as<float>(), s);
+      case op::route_default:
+      case op::route_lynx: return lynx::route(ws.p, bytes, L, n, rows, rows, p, ids.as<int>(), weights.as<float>(), s);
+      case op::topk_route: return lynx::topk_route(ws.p, bytes, L, n, rows, rows, p, ids.as<int>(), weights.as<float>(), s);
+    }
+    return cudaErrorInvalidValue;
+  });
+}
+
+const int registered = [] {
+  const std::pair<op, const char*> ops[] = {{op::affinity_bin, "affinity_bin"}, {op::score_experts, "score_experts"},
+                                            {op::remap_topk, "remap_topk"},     {op::route_lynx, "route_lynx"},
+                                            {op::route_default, "route_default"}, {op::topk_route, "topk_route"}};
+  for (const auto& m : lynx_bench::model_shapes)
+    for (const auto& [which, name] : ops)
+      for (const bool bf16 : {true, false}) {
+        const std::string label = std::string("device/") + name + "/" + m.name + (bf16 ? "/bf16" : "/fp32");
+        auto* b = bf16 ? benchmark::RegisterBenchmark(label.c_str(), run<__nv_bfloat16>, m, which)
+                       : benchmark::RegisterBenchmark(label.c_str(), run<float>, m, which);
+        for (int t : lynx_bench::batch_sizes) b->Arg(t);
+        b->UseManualTime()->Unit(benchmark::kMicrosecond);
+      }
+  return 0;
+}();
+
+}  // namespace
+
+BENCHMARK_MAIN();

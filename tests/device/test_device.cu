@@ -13,6 +13,7 @@
 
 #include <lynx/lynx.cuh>
 
+#include "../support/params.hpp"
 #include "../support/random_logits.hpp"
 
 namespace {
@@ -25,17 +26,7 @@ bool has_device() {
 #define SKIP_WITHOUT_DEVICE() \
   if (!has_device()) GTEST_SKIP() << "no CUDA device: device tests run on the accelerator machine"
 
-lynx::route_params params(int n, int k, float alpha, int beta,
-                          lynx::scoring s = lynx::scoring::softmax, bool renorm = true) {
-  lynx::route_params p;
-  p.num_experts = n;
-  p.top_k = k;
-  p.alpha = alpha;
-  p.beta = beta;
-  p.score = s;
-  p.renormalize = renorm;
-  return p;
-}
+using lynx_test::params;
 
 template <class T>
 std::vector<T> convert(const std::vector<float>& v) {
@@ -66,6 +57,26 @@ void expect_weights_close(const std::vector<float>& got, const std::vector<float
   ASSERT_EQ(got.size(), want.size());
   for (std::size_t i = 0; i < got.size(); ++i)
     ASSERT_NEAR(got[i], want[i], 2e-6f * std::fabs(want[i]) + 1e-37f) << what << " at " << i;
+}
+
+/// lynx::route on the device for host data: upload, workspace, launch, sync, download.
+/// `p.pinned`, if set, must already point to device memory.
+template <class T, class IdT>
+void device_route(const std::vector<T>& L, int rows, int b, const lynx::route_params& p, std::vector<IdT>& ids,
+                  std::vector<float>& weights) {
+  auto d_L = to_device(L);
+  thrust::device_vector<IdT> d_ids(static_cast<std::size_t>(rows) * p.top_k, IdT(-5));
+  thrust::device_vector<float> d_w(d_ids.size(), -5.0f);
+  std::size_t bytes = 0;
+  const cudaError_t query = lynx::route<T, IdT>(nullptr, bytes, nullptr, p.num_experts, rows, b, p, nullptr, nullptr);
+  ASSERT_EQ(query, cudaSuccess);
+  thrust::device_vector<char> ws(bytes);
+  ASSERT_EQ(lynx::route(thrust::raw_pointer_cast(ws.data()), bytes, thrust::raw_pointer_cast(d_L.data()), p.num_experts,
+                        rows, b, p, thrust::raw_pointer_cast(d_ids.data()), thrust::raw_pointer_cast(d_w.data())),
+            cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ids = to_host(d_ids);
+  weights = to_host(d_w);
 }
 
 enum class entry { route, topk };
@@ -172,22 +183,14 @@ TEST(Device, PoliciesMatchHost) {
         std::vector<int> want(rows * k);
         std::vector<float> want_w(rows * k);
         ASSERT_EQ(lynx::host::route(L.data(), n, rows, rows, host_p, want.data(), want_w.data()), lynx::status::success);
-        auto d_L = to_device(L);
         auto d_pinned = to_device(pinned);
         auto dev_p = p;
         dev_p.pinned = with_pinned ? thrust::raw_pointer_cast(d_pinned.data()) : nullptr;
-        thrust::device_vector<int> d_ids(rows * k);
-        thrust::device_vector<float> d_w(rows * k);
-        std::size_t bytes = 0;
-        const cudaError_t query = lynx::route<float, int>(nullptr, bytes, nullptr, n, rows, rows, dev_p, nullptr, nullptr);
-        ASSERT_EQ(query, cudaSuccess);
-        thrust::device_vector<char> ws(bytes);
-        ASSERT_EQ(lynx::route(thrust::raw_pointer_cast(ws.data()), bytes, thrust::raw_pointer_cast(d_L.data()), n, rows,
-                              rows, dev_p, thrust::raw_pointer_cast(d_ids.data()), thrust::raw_pointer_cast(d_w.data())),
-                  cudaSuccess);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        EXPECT_EQ(to_host(d_ids), want) << "N " << n << " policy " << static_cast<int>(c.kind) << " pinned " << with_pinned;
-        expect_weights_close(to_host(d_w), want_w, "policy weights");
+        std::vector<int> got;
+        std::vector<float> got_w;
+        device_route(L, rows, rows, dev_p, got, got_w);
+        EXPECT_EQ(got, want) << "N " << n << " policy " << static_cast<int>(c.kind) << " pinned " << with_pinned;
+        expect_weights_close(got_w, want_w, "policy weights");
       }
 }
 
@@ -319,18 +322,10 @@ TEST(Device, WeightsAreBitwiseEqualToHost) {
     std::vector<int> ids(rows * k);
     std::vector<float> w(rows * k);
     lynx::host::route(L.data(), n, rows, rows, p, ids.data(), w.data());
-    auto d_L = to_device(L);
-    thrust::device_vector<int> d_ids(rows * k);
-    thrust::device_vector<float> d_w(rows * k);
-    std::size_t bytes = 0;
-    const cudaError_t query = lynx::route<float, int>(nullptr, bytes, nullptr, n, rows, rows, p, nullptr, nullptr);
-    ASSERT_EQ(query, cudaSuccess);
-    thrust::device_vector<char> ws(bytes);
-    ASSERT_EQ(lynx::route(thrust::raw_pointer_cast(ws.data()), bytes, thrust::raw_pointer_cast(d_L.data()), n, rows,
-                          rows, p, thrust::raw_pointer_cast(d_ids.data()), thrust::raw_pointer_cast(d_w.data())),
-              cudaSuccess);
-    const auto got = to_host(d_w);
-    EXPECT_EQ(to_host(d_ids), ids);
+    std::vector<int> got_ids;
+    std::vector<float> got;
+    device_route(L, rows, rows, p, got_ids, got);
+    EXPECT_EQ(got_ids, ids);
     EXPECT_EQ(0, std::memcmp(got.data(), w.data(), w.size() * sizeof(float))) << "renormalize " << renorm;
   }
 }

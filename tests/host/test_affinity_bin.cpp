@@ -7,16 +7,11 @@
 
 #include <lynx/host.hpp>
 
+#include "../support/params.hpp"
+
 namespace {
 
-lynx::route_params params(int n, int k, float alpha, int beta) {
-  lynx::route_params p;
-  p.num_experts = n;
-  p.top_k = k;
-  p.alpha = alpha;
-  p.beta = beta;
-  return p;
-}
+using lynx_test::params;
 
 constexpr float inf = std::numeric_limits<float>::infinity();
 constexpr float nan = std::numeric_limits<float>::quiet_NaN();

@@ -11,6 +11,7 @@
 #include <lynx/host.hpp>
 #include <lynx/measures.hpp>
 
+#include "../support/params.hpp"
 #include "../support/random_logits.hpp"
 #include "../support/reference.hpp"
 
@@ -19,17 +20,7 @@ namespace {
 constexpr float inf = std::numeric_limits<float>::infinity();
 constexpr float nan = std::numeric_limits<float>::quiet_NaN();
 
-lynx::route_params params(int n, int k, float alpha, int beta,
-                          lynx::scoring s = lynx::scoring::softmax, bool renorm = true) {
-  lynx::route_params p;
-  p.num_experts = n;
-  p.top_k = k;
-  p.alpha = alpha;
-  p.beta = beta;
-  p.score = s;
-  p.renormalize = renorm;
-  return p;
-}
+using lynx_test::params;
 
 struct routed {
   std::vector<int> ids;

@@ -50,7 +50,9 @@ LYNX_HD std::uint32_t float_bits(float x) {
 /// Order-preserving map of a non-NaN float to an unsigned integer.
 LYNX_HD std::uint32_t ordered_bits(float x) {
   const std::uint32_t b = float_bits(x);
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  // Negative: flip all bits; otherwise set the sign bit. Branch-free (the sign is random).
+  const std::uint32_t mask = static_cast<std::uint32_t>(static_cast<std::int32_t>(b) >> 31) | 0x80000000u;
+  return b ^ mask;
 }
 
 LYNX_HD float bits_float(std::uint32_t b) {
@@ -129,15 +131,18 @@ LYNX_HD std::uint64_t active_bit(bool active) { return active ? std::uint64_t{1}
 
 LYNX_HD int key_expert(std::uint64_t key) { return 0xFFFF - static_cast<int>(key & 0xFFFFu); }
 
-/// Keeps best[0..k) sorted descending; 0 is below every real key (ids < 0xFFFF).
+/// Keeps best[0..k) sorted descending; 0 is below every real key (ids < 0xFFFF). Most keys
+/// leave at the first test; an entering key is placed without data-dependent branches (each
+/// slot takes its upper neighbour, the key, or itself), which the host's predictor cannot
+/// guess.
 LYNX_HD void topk_push(std::uint64_t* best, int k, std::uint64_t key) {
   if (key <= best[k - 1]) return;
-  int i = k - 1;
-  while (i > 0 && best[i - 1] < key) {
-    best[i] = best[i - 1];
-    --i;
+  for (int i = k - 1; i > 0; --i) {
+    const std::uint64_t up = best[i - 1], here = best[i];
+    const std::uint64_t stay = here > key ? here : key;
+    best[i] = up < key ? up : stay;
   }
-  best[i] = key;
+  best[0] = best[0] > key ? best[0] : key;
 }
 
 LYNX_HD void topk_clear(std::uint64_t* best, int k) {

@@ -221,7 +221,7 @@ status remap_topk(const T* logits, std::int64_t row_stride, int num_rows, int nu
 
   std::vector<std::uint64_t> active_bits(n);
   for (int e = 0; e < n; ++e) active_bits[e] = d::active_bit(in_active[e] != 0);
-  for (int t = 0; t < num_valid; ++t) {  // final: each row's top-k inside K (d::final_topk)
+  for (int t = 0; t < num_valid; ++t) {  // final: each row's top-k inside K (d::active_bit)
     if (!votes[t]) continue;
     const std::uint64_t* rk = keys.data() + static_cast<std::size_t>(t) * n;
     d::topk_clear(best, k);

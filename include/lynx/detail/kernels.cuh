@@ -109,6 +109,16 @@ __device__ __forceinline__ void warp_topk(std::uint64_t (&keys)[KPL], int k, std
   }
 }
 
+/// original_mass for a row, a warp: the canonical butterfly total (row_exp_sum's order) only
+/// when "no renormalize" needs it. Every lane must call it; lane 0's result is the one to use.
+template <class T>
+__device__ __forceinline__ float warp_original_mass(const T* row, int n, float m, int lane,
+                                                    const std::uint64_t* topk, const route_params& p) {
+  if (p.renormalize) return 1.0f;
+  const float total = p.score == scoring::softmax ? warp_butterfly_sum(lane_exp_sum(row, n, m, lane)) : 0.0f;
+  return topk_mass(row, m, topk, p.top_k, p.score, total);
+}
+
 /// SPEC §3.1 for one row, a warp: the row max, then every expert's bin (lynx::no_vote when
 /// the row does not vote).
 template <class T>
@@ -143,9 +153,8 @@ __device__ void select_row(const T* row, int t, int lane, bool valid_row, const 
   for (int i = 0; i < KPL; ++i) work[i] = keys[i];
   warp_topk(work, k, plain);
   if (lane < k) set_flag(st.in_plain, key_expert(plain[lane]));
-  float total = 0.0f;  // the softmax total, only when "no renormalize" needs the mass
-  if (!p.renormalize && p.score == scoring::softmax) total = warp_butterfly_sum(lane_exp_sum(row, n, m, lane));
-  if (lane == 0) st.row_mass[t] = p.renormalize ? 1.0f : topk_mass(row, m, plain, k, p.score, total);
+  const float mass = warp_original_mass(row, n, m, lane, plain, p);
+  if (lane == 0) st.row_mass[t] = mass;
   if (p.pinned && p.pinned[t]) {
     if (lane < k) set_flag(st.in_active, key_expert(plain[lane]));
     return;
@@ -198,11 +207,10 @@ __device__ void plain_row(const T* row, int t, int lane, bool valid_row, const r
   if (m == -INFINITY) return;
   warp_topk(keys, k, best);
   if (lane < k) set_flag(st.in_plain, key_expert(best[lane]));
-  float total = 0.0f;
-  if (!p.renormalize && p.score == scoring::softmax) total = warp_butterfly_sum(lane_exp_sum(row, n, m, lane));
+  const float mass = warp_original_mass(row, n, m, lane, best, p);
   if (lane == 0)
-    emit_row(row, m, best, k, p.score, p.renormalize, p.renormalize ? 1.0f : topk_mass(row, m, best, k, p.score, total),
-             ids + static_cast<std::int64_t>(t) * k, weights + static_cast<std::int64_t>(t) * k);
+    emit_row(row, m, best, k, p.score, p.renormalize, mass, ids + static_cast<std::int64_t>(t) * k,
+             weights + static_cast<std::int64_t>(t) * k);
 }
 
 /// SPEC §3.3 step 5 and §5, the block-wide part: if the final choices touch more experts than
@@ -233,10 +241,7 @@ __device__ void finish_row(const T* row, int t, int lane, const route_params& p,
   IdT* row_ids = ids + static_cast<std::int64_t>(t) * k;
   float* row_weights = weights + static_cast<std::int64_t>(t) * k;
   if (!st.votes[t]) {
-    if (lane < k) {
-      row_ids[lane] = static_cast<IdT>(p.pad_with_sentinel ? p.sentinel_id : pad[lane]);
-      row_weights[lane] = 0.0f;
-    }
+    if (lane == 0) emit_pad_row(pad, k, p.pad_with_sentinel, p.sentinel_id, row_ids, row_weights);
   } else if (fallback) {
     std::uint64_t keys[MaxN / 32], best[max_top_k];
     const float m = warp_row_keys<MaxN>(row, p.num_experts, lane, keys);

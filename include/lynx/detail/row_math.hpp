@@ -126,7 +126,8 @@ LYNX_HD std::uint64_t z_key(int q, int rank, float l, int e) {
   return z_key_high(q, rank) | logit_key(l, e);
 }
 
-/// Marks a key as inside the active set, so it outranks every key outside (final_topk).
+/// Marks a key as inside the active set, so it outranks every key outside: SPEC §3.3 step 3's
+/// top-k inside K, filled from outside only when K holds fewer than k experts.
 LYNX_HD std::uint64_t active_bit(bool active) { return active ? std::uint64_t{1} << 63 : 0; }
 
 LYNX_HD int key_expert(std::uint64_t key) { return 0xFFFF - static_cast<int>(key & 0xFFFFu); }
@@ -147,27 +148,6 @@ LYNX_HD void topk_push(std::uint64_t* best, int k, std::uint64_t key) {
 
 LYNX_HD void topk_clear(std::uint64_t* best, int k) {
   for (int i = 0; i < k; ++i) best[i] = 0;
-}
-
-/// SPEC §3.3 step 3, generalised: the row's top-k by logit with experts in K first (bit 63),
-/// so a row is filled from outside K only when K holds fewer than k experts.
-template <class T>
-LYNX_HD void final_topk(const T* row, int n, int k, const std::uint8_t* in_active,
-                        std::uint64_t* best) {
-  topk_clear(best, k);
-  for (int e = 0; e < n; ++e)
-    topk_push(best, k, logit_key(load_logit(row, e), e) | active_bit(in_active[e] != 0));
-}
-
-/// The index of the row's argmax (ties: lower id); the row must have a finite logit.
-template <class T>
-LYNX_HD int row_argmax(const T* row, int n) {
-  std::uint64_t best = 0;
-  for (int e = 0; e < n; ++e) {
-    const std::uint64_t key = logit_key(load_logit(row, e), e);
-    best = key > best ? key : best;
-  }
-  return key_expert(best);
 }
 
 /// Every expert's logit key for a row, and the row's max (-inf: the row does not vote). The

@@ -30,7 +30,12 @@ LYNX_HD float plain_activation_sum(const T* row, float m, const std::uint64_t* p
 
 /// What adding an expert with this share gives a token whose k best shares inside K end in
 /// `kth` (0 while it has fewer than k there).
-LYNX_HD float share_gain(float share, float kth) { return share > kth ? share - kth : 0.0f; }
+/// (share > kth ? share - kth : 0, written as a select: a difference of distinct floats is never
+/// 0 or of the wrong sign, and NaN selects 0 either way.)
+LYNX_HD float share_gain(float share, float kth) {
+  const float d = share - kth;
+  return select_f32(d > 0.0f, d, 0.0f);
+}
 
 /// Inserts a share into a token's descending list of its k best shares inside K.
 LYNX_HD void share_insert(float* top, int k, float share) {

@@ -3,8 +3,12 @@
 
 #include <cstdint>
 
+// Forced inline on the host too: the host path compiles its hot loops for AVX2 + FMA behind a
+// runtime check (host_simd.hpp), and only code inlined into those loops gets that target.
 #if defined(__CUDACC__)
 #define LYNX_HD __host__ __device__ __forceinline__
+#elif defined(__GNUC__)
+#define LYNX_HD inline __attribute__((always_inline))
 #else
 #define LYNX_HD inline
 #endif

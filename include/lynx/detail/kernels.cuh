@@ -293,18 +293,43 @@ __device__ void budget_block(const T* logits, std::int64_t row_stride, int num_r
       if (st.votes[t]) share_insert(&top[static_cast<std::size_t>(t) * k], k, share[static_cast<std::size_t>(e) * num_rows + t]);
     __syncthreads();
   };
-  int size = 0;
-  float total = 0.0f;  // meaningful in thread 0
-  for (int e = 0; e < n; ++e) {  // pinned experts, in id order, as the host adds them
-    if (!st.in_active[e]) continue;
-    if (threadIdx.x == 0) total += gain_of(e);
-    ++size;
-    __syncthreads();
-    add(e);
-  }
+  // K0: the pinned experts, plus the anchors when all of them fit in the limit (the greedy
+  // would take every anchor first anyway), inserted at once; then the batch's mass token by
+  // token, in the host's order.
+  __shared__ int size_s, bulk_s;
+  __shared__ float total_s;
   const int limit = budget_limit(p.budget_experts, p.budget_fraction, plain_unique_s, n, k);
+  if (threadIdx.x == 0) {
+    int size = 0, with_anchors = 0;
+    for (int e = 0; e < n; ++e) {
+      size += st.in_active[e] ? 1 : 0;
+      with_anchors += (st.in_active[e] || st.anchors[e]) ? 1 : 0;
+    }
+    bulk_s = with_anchors <= limit;
+    size_s = bulk_s ? with_anchors : size;
+    if (bulk_s)
+      for (int e = 0; e < n; ++e)
+        if (st.anchors[e]) st.in_active[e] = 1;
+  }
+  __syncthreads();
+  for (int t = threadIdx.x; t < num_rows; t += BlockThreads)
+    if (st.votes[t])
+      for (int e = 0; e < n; ++e)
+        if (st.in_active[e]) share_insert(&top[static_cast<std::size_t>(t) * k], k, share[static_cast<std::size_t>(e) * num_rows + t]);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0.0f;
+    for (int t = 0; t < num_rows; ++t)
+      if (st.votes[t])
+        for (int j = 0; j < k; ++j) total += top[static_cast<std::size_t>(t) * k + j];
+    total_s = total;
+  }
+  __syncthreads();
+  int size = size_s;
+  float total = total_s;  // meaningful in thread 0 from here on
+  const bool bulk = bulk_s != 0;
   const float target = p.budget_mass * static_cast<float>(voters_s);
-  for (int phase = 0; phase < 2; ++phase)
+  for (int phase = bulk ? 1 : 0; phase < 2; ++phase)
     for (;;) {
       std::uint64_t key = 0;
       float g = 0.0f;

@@ -24,19 +24,6 @@ LYNX_HD float to_float(float x) { return x; }
 LYNX_HD float to_float(__half x) { return __half2float(x); }
 LYNX_HD float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 
-/// SPEC §5: NaN counts as -inf, +inf as the largest finite float. -0 becomes +0 so that
-/// equal logits tie in the packed keys below.
-LYNX_HD float sanitize(float x) {
-  if (x != x) return -INFINITY;
-  if (x == INFINITY) return FLT_MAX;
-  return x == 0.0f ? 0.0f : x;
-}
-
-template <class T>
-LYNX_HD float load_logit(const T* row, int e) {
-  return sanitize(to_float(row[e]));
-}
-
 LYNX_HD std::uint32_t float_bits(float x) {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(x);
@@ -47,7 +34,7 @@ LYNX_HD std::uint32_t float_bits(float x) {
 #endif
 }
 
-/// Order-preserving map of a non-NaN float to an unsigned integer.
+/// Order-preserving map of a non-NaN float to an unsigned integer, and its inverse.
 LYNX_HD std::uint32_t ordered_bits(float x) {
   const std::uint32_t b = float_bits(x);
   // Negative: flip all bits; otherwise set the sign bit. Branch-free (the sign is random).
@@ -65,25 +52,53 @@ LYNX_HD float bits_float(std::uint32_t b) {
 #endif
 }
 
+LYNX_HD float unordered_float(std::uint32_t u) {
+  return bits_float(u & 0x80000000u ? u ^ 0x80000000u : ~u);
+}
+
 LYNX_HD float fma_f32(float a, float b, float c) {
 #if defined(__CUDA_ARCH__)
   return __fmaf_rn(a, b, c);
-#elif defined(__FMA__) && defined(__GNUC__)
-  return __builtin_fmaf(a, b, c);  // one instruction; the same single rounding as libm's
+#elif defined(__GNUC__)
+  // One vfmadd wherever the function's target has FMA (host_simd.hpp), else libm's fmaf:
+  // the same single rounding either way.
+  return __builtin_fmaf(a, b, c);
 #else
   return std::fma(a, b, c);
 #endif
 }
 
+/// c ? a : b as bit operations: no branch, so compilers vectorize loops around it even under
+/// -ftrapping-math (which keeps them from if-converting a float select followed by arithmetic).
+LYNX_HD float select_f32(bool c, float a, float b) {
+  const std::uint32_t mask = 0u - static_cast<std::uint32_t>(c);
+  return bits_float((float_bits(a) & mask) | (float_bits(b) & ~mask));
+}
+
+/// SPEC §5: NaN counts as -inf, +inf as the largest finite float. -0 becomes +0 so that
+/// equal logits tie in the packed keys below. Branch-free, like exp_f32.
+LYNX_HD float sanitize(float x) {
+  x = select_f32(x == x, x, -INFINITY);
+  x = select_f32(x == INFINITY, FLT_MAX, x);
+  return select_f32(x == 0.0f, 0.0f, x);
+}
+
+template <class T>
+LYNX_HD float load_logit(const T* row, int e) {
+  return sanitize(to_float(row[e]));
+}
+
 /// exp for the weights, bitwise the same on host and device: Cody-Waite reduction and the
 /// Cephes expf polynomial, written with explicit fma and scaled by exponent arithmetic, so no
 /// compiler can contract it differently on either side (nvcc --fmad, gcc -ffp-contract).
-/// Relative error below 2.4e-7; results below FLT_MIN flush to 0.
+/// Relative error below 2.4e-7; results below FLT_MIN flush to 0. Out-of-range inputs are
+/// clamped and their results selected at the end, with no branch, so a loop of exps vectorizes.
 LYNX_HD float exp_f32(float x) {
-  if (!(x > -87.33654f)) return 0.0f;  // also -inf; NaN never reaches here (sanitized)
-  if (x > 88.72283f) return INFINITY;
-  const float n = rintf(x * 1.44269504088896341f);
-  float r = fma_f32(n, -0.693359375f, x);
+  constexpr float lo = -87.33654f, hi = 88.72283f;
+  float xc = select_f32(x > lo, x, lo);  // also -inf and NaN (NaN never reaches here)
+  xc = select_f32(xc < hi, xc, hi);
+  const float n = rintf(xc * 1.44269504088896341f);
+  float r = fma_f32(n, -0.693359375f, xc);
   r = fma_f32(n, 2.12194440e-4f, r);
   float p = 1.9875691500e-4f;
   p = fma_f32(p, r, 1.3981999507e-3f);
@@ -92,7 +107,8 @@ LYNX_HD float exp_f32(float x) {
   p = fma_f32(p, r, 1.6666665459e-1f);
   p = fma_f32(p, r, 5.0000001201e-1f);
   const float y = fma_f32(p, r * r, r) + 1.0f;
-  return bits_float(float_bits(y) + (static_cast<std::uint32_t>(static_cast<int>(n)) << 23));
+  const float v = bits_float(float_bits(y) + (static_cast<std::uint32_t>(static_cast<int>(n)) << 23));
+  return select_f32(x > hi, INFINITY, select_f32(x > lo, v, 0.0f));
 }
 
 LYNX_HD float sigmoid(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
@@ -105,8 +121,9 @@ LYNX_HD int bin_depth(int beta) { return beta > 0 ? beta : max_bin_depth; }
 LYNX_HD int affinity_bin_of(float l, float m, float alpha, int depth) {
   const float d = l - m;
   const float x = alpha * d;
-  if (!(x > -static_cast<float>(depth))) return -depth;  // also -inf and NaN (-inf - -inf)
-  return -static_cast<int>(-x);  // = ceil(x) on (-depth, 0]; inlines where ceilf may not
+  // Below -depth (also -inf, and NaN from -inf - -inf) saturates; a select, not a branch.
+  const float c = select_f32(x > -static_cast<float>(depth), x, -static_cast<float>(depth));
+  return -static_cast<int>(-c);  // = ceil(c) on [-depth, 0]; inlines where ceilf may not
 }
 
 // Packed selection keys: a larger key wins. The low 16 bits hold 0xFFFF - id so that equal
@@ -133,17 +150,18 @@ LYNX_HD std::uint64_t active_bit(bool active) { return active ? std::uint64_t{1}
 LYNX_HD int key_expert(std::uint64_t key) { return 0xFFFF - static_cast<int>(key & 0xFFFFu); }
 
 /// Keeps best[0..k) sorted descending; 0 is below every real key (ids < 0xFFFF). Most keys
-/// leave at the first test; an entering key is placed without data-dependent branches (each
-/// slot takes its upper neighbour, the key, or itself), which the host's predictor cannot
-/// guess.
+/// leave at the first test. An entering key bubbles down without data-dependent branches (each
+/// slot keeps the larger of itself and the carried key and passes the smaller on), which the
+/// host's predictor could not guess; the carried key is also a dependence that keeps compilers
+/// from turning this k-step loop into slower vector code.
 LYNX_HD void topk_push(std::uint64_t* best, int k, std::uint64_t key) {
   if (key <= best[k - 1]) return;
-  for (int i = k - 1; i > 0; --i) {
-    const std::uint64_t up = best[i - 1], here = best[i];
-    const std::uint64_t stay = here > key ? here : key;
-    best[i] = up < key ? up : stay;
+  std::uint64_t carry = key;
+  for (int i = 0; i < k; ++i) {
+    const std::uint64_t here = best[i];
+    best[i] = here > carry ? here : carry;
+    carry = here > carry ? carry : here;
   }
-  best[0] = best[0] > key ? best[0] : key;
 }
 
 LYNX_HD void topk_clear(std::uint64_t* best, int k) {
@@ -237,12 +255,13 @@ LYNX_HD float original_mass(const T* row, int n, float m, const std::uint64_t* t
 template <class T>
 LYNX_HD void chosen_weights(const T* row, float m, const std::uint64_t* chosen, int k, scoring s,
                             bool renormalize, float mass, float* w) {
+  for (int i = 0; i < k; ++i) w[i] = load_logit(row, key_expert(chosen[i]));
+  if (s == scoring::sigmoid)  // one loop per scoring, so that the host vectorizes it
+    for (int i = 0; i < k; ++i) w[i] = sigmoid(w[i]);
+  else
+    for (int i = 0; i < k; ++i) w[i] = exp_f32(w[i] - m);
   float denom = 0.0f;
-  for (int i = 0; i < k; ++i) {
-    const float l = load_logit(row, key_expert(chosen[i]));
-    w[i] = s == scoring::sigmoid ? sigmoid(l) : exp_f32(l - m);
-    denom += w[i];
-  }
+  for (int i = 0; i < k; ++i) denom += w[i];
   const float scale = renormalize ? 1.0f : mass;
   for (int i = 0; i < k; ++i) w[i] = denom > 0.0f ? w[i] / denom * scale : 0.0f;
 }

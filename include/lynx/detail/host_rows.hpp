@@ -1,0 +1,479 @@
+#pragma once
+// The host path's loops, written once as forced-inline templates that host.hpp instantiates
+// for AVX2 + FMA and for any CPU (host_simd.hpp). The per-element math is row_math.hpp's,
+// shared with the kernels; what differs from the kernels is only how work is organised:
+//
+// - each row is loaded once into sanitized floats and order-preserving integers, in loops
+//   without branches that compilers vectorize;
+// - each row runs one N-wide selection, its plain top-k (P), and derives the other two from it:
+//   the z top-k (SPEC §3.3 step 1) needs only the bin q* of P's k-th expert, because bins are
+//   monotone in the logit, and then walks the experts in batch-rank order; the top-k inside K
+//   is P ∩ K followed by the best of K \ P (K is small), so it never scans N again.
+//
+// Every shortcut yields the same ids, in the same order, as the kernels' packed-key top-k, and
+// each falls back to that top-k where its premise does not hold (bins not from affinity_bin).
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "../params.hpp"
+#include "budget.hpp"
+#include "histogram_rank.hpp"
+#include "host_simd.hpp"
+#include "host_topk_avx2.hpp"
+#include "row_math.hpp"
+
+namespace lynx {
+namespace host {
+namespace detail {
+
+namespace d = lynx::detail;
+
+/// Scratch that every use writes before it reads: no zero fill (std::vector's costs as much as
+/// a pass over the batch).
+template <class T>
+class buffer {
+ public:
+  explicit buffer(std::size_t n) : p_(new T[n]) {}
+  T* data() { return p_.get(); }
+  const T* data() const { return p_.get(); }
+  T& operator[](std::size_t i) { return p_[i]; }
+  const T& operator[](std::size_t i) const { return p_[i]; }
+
+ private:
+  std::unique_ptr<T[]> p_;
+};
+
+/// Loads a row: x[e] = the sanitized logit, u[e] = its order-preserving bits. Returns the
+/// row's max (-inf: the row does not vote).
+template <class T>
+LYNX_HOST_INLINE float load_row(const T* row, int n, float* x, std::uint32_t* u) {
+  std::uint32_t top = 0;
+  for (int e = 0; e < n; ++e) {
+    const float v = d::sanitize(d::to_float(row[e]));
+    const std::uint32_t b = d::ordered_bits(v);
+    x[e] = v;
+    u[e] = b;
+    top = b > top ? b : top;
+  }
+  return d::unordered_float(top);
+}
+
+LYNX_HOST_INLINE std::uint64_t key_of(std::uint32_t u, int e) {
+  return (static_cast<std::uint64_t>(u) << 16) | static_cast<std::uint64_t>(0xFFFF - e);
+}
+
+/// The row's top-k logit keys (SPEC §4 order), by blocks of 16 whose largest logit below the
+/// current k-th is skipped with one test. The fallback of plain_topk.
+LYNX_HOST_INLINE void plain_topk_scan(const std::uint32_t* u, int n, int k, std::uint64_t* best) {
+  constexpr int block = 16;
+  d::topk_clear(best, k);
+  int e0 = 0;
+  for (; e0 + block <= n; e0 += block) {
+    std::uint32_t top = 0;
+    for (int j = 0; j < block; ++j) top = u[e0 + j] > top ? u[e0 + j] : top;
+    if (top < static_cast<std::uint32_t>(best[k - 1] >> 16)) continue;
+    for (int j = 0; j < block; ++j) d::topk_push(best, k, key_of(u[e0 + j], e0 + j));
+  }
+  for (int e = e0; e < n; ++e) d::topk_push(best, k, key_of(u[e], e));
+}
+
+/// How many of x[0..n) are >= cut; the ids of those, in order (out has room for n + 8); the
+/// ranks of candidates (host_topk_avx2.hpp says what each computes).
+template <class Isa>
+LYNX_HOST_INLINE int count_at_least(Isa, const float* x, int n, float cut) {
+  if constexpr (Isa::avx2) {
+    return avx2::count_at_least(x, n, cut);
+  } else {
+    int kept = 0;
+    for (int e = 0; e < n; ++e) kept += x[e] >= cut ? 1 : 0;
+    return kept;
+  }
+}
+template <class Isa>
+LYNX_HOST_INLINE int gather_at_least(Isa, const float* x, int n, float cut, int* out) {
+  if constexpr (Isa::avx2) {
+    return avx2::gather_at_least(x, n, cut, out);
+  } else {
+    int kept = 0;
+    for (int e = 0; e < n; ++e) {
+      out[kept] = e;
+      kept += x[e] >= cut ? 1 : 0;
+    }
+    return kept;
+  }
+}
+template <class Isa>
+LYNX_HOST_INLINE void rank_candidates(Isa, const std::int32_t* v, int c, int* rank) {
+  if constexpr (Isa::avx2) {
+    avx2::rank_candidates(v, c, rank);
+  } else {
+    for (int i = 0; i < c; ++i) {
+      int r = 0;
+      for (int j = 0; j < i; ++j) r += v[j] >= v[i] ? 1 : 0;
+      for (int j = i + 1; j < c; ++j) r += v[j] > v[i] ? 1 : 0;
+      rank[i] = r;
+    }
+  }
+}
+
+/// The row's top-k logit keys (SPEC §4 order) without a data-dependent branch per expert:
+/// the experts above a cutoff m - delta, gathered without branches (a vector pass), with delta
+/// bisected until k to about k + 8 are kept (it carries over from the previous row, which is
+/// usually close); then each candidate's rank among them (by logit, then lower id) is its slot.
+/// `cand` has room for n + 8 ids.
+template <class Isa>
+LYNX_HOST_INLINE void plain_topk(Isa isa, const float* x, const std::uint32_t* u, int n, int k,
+                                 float m, float& delta, int* cand, std::uint64_t* best) {
+  constexpr int max_candidates = 64;  // ranking is quadratic in the candidates
+  const int cap = (k + 15) & ~7;  // k + 8 or a little more: ranks go 8 candidates at a time
+  float good = -INFINITY, lo = 0.0f, hi = INFINITY;  // good: the last cutoff that kept >= k
+  int kept = n;
+  delta = delta < 0x1p-20f ? 0x1p-20f : (delta > 0x1p20f ? 0x1p20f : delta);
+  int c = 0;
+  for (int iter = 0; iter < 8; ++iter) {
+    const float cut = m - delta;
+    c = gather_at_least(isa, x, n, cut, cand);  // counts too; usually the first cut is kept
+    if (c >= k) {
+      good = cut;
+      kept = c;
+      if (c <= cap) break;
+      hi = delta;  // too many: narrow
+    } else {
+      lo = delta;  // too few: widen
+    }
+    delta = hi == INFINITY ? delta * 4.0f : 0.5f * (lo + hi);
+  }
+  if (kept > max_candidates) {  // ties or few finite logits: scan instead
+    plain_topk_scan(u, n, k, best);
+    return;
+  }
+  if (c != kept) c = gather_at_least(isa, x, n, good, cand);  // the loop ended on another cut
+  // Signed compares of the order-preserving bits; padding sorts below every logit.
+  std::int32_t v[max_candidates + 8];
+  int rank[max_candidates];
+  for (int i = 0; i < c; ++i) v[i] = static_cast<std::int32_t>(u[cand[i]] ^ 0x80000000u);
+  for (int i = c; i < ((c + 7) & ~7); ++i) v[i] = INT32_MIN;
+  rank_candidates(isa, v, c, rank);
+  std::uint64_t slot[max_top_k + 1];
+  for (int i = 0; i < c; ++i) slot[rank[i] < k ? rank[i] : k] = key_of(u[cand[i]], cand[i]);
+  for (int i = 0; i < k; ++i) best[i] = slot[i];
+}
+
+/// row_exp_sum over loaded logits: the same 32 lane sums and butterfly, with the lanes as the
+/// inner loop so that it vectorizes.
+LYNX_HOST_INLINE float row_exp_sum(const float* x, int n, float m) {
+  float p[32] = {};
+  int base = 0;
+  for (; base + 32 <= n; base += 32)
+    for (int j = 0; j < 32; ++j) p[j] += d::exp_f32(x[base + j] - m);
+  for (int j = 0; base + j < n; ++j) p[j] += d::exp_f32(x[base + j] - m);
+  for (int o = 16; o > 0; o >>= 1) {
+    float next[32];
+    for (int j = 0; j < 32; ++j) next[j] = p[j] + p[j ^ o];
+    for (int j = 0; j < 32; ++j) p[j] = next[j];
+  }
+  return p[0];
+}
+
+/// original_mass (row_math.hpp) from a loaded row.
+template <class T>
+LYNX_HOST_INLINE float original_mass(const T* row, const float* x, int n, float m,
+                                     const std::uint64_t* topk, int k, scoring s, bool renormalize) {
+  if (renormalize) return 1.0f;
+  return d::topk_mass(row, m, topk, k, s, s == scoring::sigmoid ? 0.0f : row_exp_sum(x, n, m));
+}
+
+/// SPEC §3.1 for a loaded row.
+LYNX_HOST_INLINE void bin_row(const float* x, int n, float m, float alpha, int depth,
+                              std::int8_t* out) {
+  for (int e = 0; e < n; ++e) out[e] = static_cast<std::int8_t>(d::affinity_bin_of(x[e], m, alpha, depth));
+}
+
+/// Adds rows' bins to the histogram counts[j * n + e] (j < nbins; counts start at 0). Up to 8
+/// bins count in bytes, one compare-and-subtract per 32 experts and bin (a vector pass; a
+/// scatter does not vectorize), and carry into counts every 255 rows and at the end.
+class histogram_counter {
+ public:
+  histogram_counter(int n, int nbins, std::int32_t* counts)
+      : n_(n), nbins_(nbins), counts_(counts), bytes_(nbins <= 8 ? static_cast<std::size_t>(nbins) * n : 0, 0) {}
+  ~histogram_counter() { flush(); }
+  LYNX_HOST_INLINE void add(const std::int8_t* q) {
+    if (bytes_.empty()) {
+      for (int e = 0; e < n_; ++e) {
+        const int j = d::bin_digit(q[e]);
+        if (j >= 0 && j < nbins_) ++counts_[static_cast<std::size_t>(j) * n_ + e];
+      }
+      return;
+    }
+    for (int j = 0; j < nbins_; ++j) {
+      std::uint8_t* c = bytes_.data() + static_cast<std::size_t>(j) * n_;
+      const std::int8_t want = static_cast<std::int8_t>(-j);
+      for (int e = 0; e < n_; ++e) c[e] = static_cast<std::uint8_t>(c[e] + (q[e] == want ? 1 : 0));
+    }
+    if (++pending_ == 255) flush();
+  }
+  void flush() {
+    for (std::size_t i = 0; i < bytes_.size(); ++i) {
+      counts_[i] += bytes_[i];
+      bytes_[i] = 0;
+    }
+    pending_ = 0;
+  }
+
+ private:
+  int n_, nbins_;
+  std::int32_t* counts_;
+  std::vector<std::uint8_t> bytes_;
+  int pending_ = 0;
+};
+
+/// Competition ranks of the histograms (0 = greatest H). When every digit fits, each histogram
+/// packs into one integer whose order is H's, and one sort of those gives the ranks.
+LYNX_HOST_INLINE void rank_histograms(const std::int32_t* counts, int n, int nbins,
+                                      std::int32_t* ranks) {
+  std::int32_t most = 0;
+  for (std::size_t i = 0; i < static_cast<std::size_t>(n) * nbins; ++i) most = counts[i] > most ? counts[i] : most;
+  int bits = 1;
+  while (bits < 31 && (std::int64_t{1} << bits) <= most) ++bits;
+  if (bits * nbins <= 48) {
+    std::vector<std::uint64_t> packed(n);
+    for (int e = 0; e < n; ++e) {
+      std::uint64_t h = 0;
+      for (int j = 0; j < nbins; ++j) h = (h << bits) | static_cast<std::uint64_t>(counts[static_cast<std::size_t>(j) * n + e]);
+      packed[e] = (h << 16) | static_cast<std::uint64_t>(0xFFFF - e);
+    }
+    std::sort(packed.begin(), packed.end(), [](std::uint64_t a, std::uint64_t b) { return a > b; });
+    for (int i = 0; i < n; ++i) {
+      const bool tie = i > 0 && (packed[i - 1] >> 16) == (packed[i] >> 16);
+      ranks[d::key_expert(packed[i])] = tie ? ranks[d::key_expert(packed[i - 1])] : i;
+    }
+    return;
+  }
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  const auto greater = [&](int a, int b) { return d::histogram_greater(counts, n, nbins, a, b); };
+  std::stable_sort(order.begin(), order.end(), greater);
+  for (int i = 0; i < n; ++i)
+    ranks[order[i]] = (i > 0 && !greater(order[i - 1], order[i])) ? ranks[order[i - 1]] : i;
+}
+
+/// The experts in batch-rank order (rank ascending, then id) and where each run of equal
+/// ranks starts (group_start has one more entry, n). Ranks outside [0, n) are clamped.
+struct rank_order {
+  std::vector<int> order, group_start;
+  void build(const std::int32_t* ranks, int n) {
+    std::vector<int> count(static_cast<std::size_t>(n) + 1, 0);
+    const auto clamp = [n](std::int32_t r) { return r < 0 ? 0 : (r >= n ? n - 1 : r); };
+    for (int e = 0; e < n; ++e) ++count[clamp(ranks[e]) + 1];
+    for (int r = 0; r < n; ++r) count[r + 1] += count[r];
+    order.assign(n, 0);
+    group_start.clear();
+    for (int r = 0; r < n; ++r)
+      if (count[r + 1] > count[r]) group_start.push_back(count[r]);
+    group_start.push_back(n);
+    for (int e = 0; e < n; ++e) order[count[clamp(ranks[e])]++] = e;
+  }
+};
+
+/// SPEC §3.3 step 1 for one row: its top-k by z = (bin, batch rank, logit, lower id), the same
+/// set as the kernels' top-k of z_key. Marks the chosen experts in `mark`.
+/// Bins are monotone in the logit, so every expert above the bin q* of the k-th plain expert is
+/// in P, and the rest come from bin q* in rank order; otherwise (bins not from affinity_bin)
+/// this runs the packed-key top-k.
+LYNX_HOST_INLINE void z_topk(const std::int8_t* q, const std::uint32_t* u, const std::int32_t* ranks,
+                             const rank_order& ro, const std::uint64_t* plain, int n, int k, int depth,
+                             std::uint8_t* mark, std::vector<std::uint64_t>& scratch) {
+  // q* = the bin of P's k-th expert; above = how many experts have a higher bin. With bins
+  // monotone in the logit, those are all in P, and bin q* holds the k - above others.
+  const int star = q[d::key_expert(plain[k - 1])];
+  int above = 0, in_p = 0, p_at_least = 0;
+  for (int e = 0; e < n; ++e) above += q[e] > star ? 1 : 0;
+  for (int i = 0; i < k; ++i) {
+    in_p += q[d::key_expert(plain[i])] > star ? 1 : 0;
+    p_at_least += q[d::key_expert(plain[i])] >= star ? 1 : 0;
+  }
+  if (star > 0 || star < -depth || in_p != above || p_at_least != k) {
+    std::uint64_t best[max_top_k];
+    d::topk_clear(best, k);
+    for (int e = 0; e < n; ++e) d::topk_push(best, k, d::z_key_high(q[e], ranks[e]) | key_of(u[e], e));
+    for (int i = 0; i < k; ++i) mark[d::key_expert(best[i])] = 1;
+    return;
+  }
+  for (int i = 0; i < k; ++i) {
+    const int e = d::key_expert(plain[i]);
+    if (q[e] > star) mark[e] = 1;
+  }
+  const std::int8_t want = static_cast<std::int8_t>(star);
+  int need = k - above;
+  scratch.resize(n);
+  for (std::size_t g = 0; need > 0 && g + 1 < ro.group_start.size(); ++g) {
+    int c = 0;  // this rank group's experts in bin q*: logit keys
+    for (int i = ro.group_start[g]; i < ro.group_start[g + 1]; ++i) {
+      const int e = ro.order[i];
+      if (q[e] == want) scratch[c++] = key_of(u[e], e);
+    }
+    if (c <= need) {
+      for (int i = 0; i < c; ++i) mark[d::key_expert(scratch[i])] = 1;
+      need -= c;
+      continue;
+    }
+    std::uint64_t best[max_top_k];
+    d::topk_clear(best, need);
+    for (int i = 0; i < c; ++i) d::topk_push(best, need, scratch[i]);
+    for (int i = 0; i < need; ++i) mark[d::key_expert(best[i])] = 1;
+    need = 0;
+  }
+}
+
+/// The active set K as the final selection reads it.
+struct active_set {
+  std::vector<std::uint8_t> flag;   // per expert: in K
+  std::vector<std::uint32_t> mask;  // per expert: all ones if in K
+  std::vector<int> list;            // K's ids, ascending
+  explicit active_set(const std::vector<std::uint8_t>& in_active) : flag(in_active), mask(in_active.size()) {
+    for (std::size_t e = 0; e < flag.size(); ++e) {
+      mask[e] = flag[e] ? ~0u : 0u;
+      if (flag[e]) list.push_back(static_cast<int>(e));
+    }
+  }
+};
+
+/// Scratch of final_topk, reused across rows.
+struct final_scratch {
+  buffer<float> x;
+  buffer<std::uint32_t> u;
+  buffer<int> cand;
+  std::vector<std::uint8_t> in_row_plain;
+  float delta = 1.0f;
+  explicit final_scratch(int n)
+      : x(static_cast<std::size_t>(n)), u(static_cast<std::size_t>(n)), cand(static_cast<std::size_t>(n) + 8), in_row_plain(n, 0) {}
+};
+
+/// SPEC §3.3 step 3 for one row: its top-k of (active bit, logit key), in that key order.
+/// When P lies inside K, that is P. Otherwise, with K at least k large, it is the plain top-k
+/// of the row with every expert outside K masked to -inf (and below every key inside K).
+/// With K smaller than k: K by key, then P \ K (the best keys outside K).
+template <class Isa>
+LYNX_HOST_INLINE void final_topk(Isa isa, const float* x, const std::uint32_t* u, float m,
+                                 const std::uint64_t* plain, int n, int k, const active_set& K,
+                                 final_scratch& fs, std::uint64_t* chosen) {
+  int c = 0;
+  for (int i = 0; i < k; ++i) c += K.flag[d::key_expert(plain[i])];
+  if (c == k) {
+    for (int i = 0; i < k; ++i) chosen[i] = plain[i];
+    return;
+  }
+  const int size = static_cast<int>(K.list.size());
+  if (size >= k) {
+    const std::uint32_t minus_inf = d::float_bits(-INFINITY);
+    for (int e = 0; e < n; ++e) {
+      const std::uint32_t mk = K.mask[e];
+      fs.x[e] = d::bits_float((d::float_bits(x[e]) & mk) | (minus_inf & ~mk));
+      fs.u[e] = u[e] & mk;
+    }
+    plain_topk(isa, fs.x.data(), fs.u.data(), n, k, m, fs.delta, fs.cand.data(), chosen);
+    return;
+  }
+  c = 0;
+  for (const int e : K.list) chosen[c++] = key_of(u[e], e);
+  std::sort(chosen, chosen + c, [](std::uint64_t a, std::uint64_t b) { return a > b; });
+  for (int i = 0; i < k && c < k; ++i)
+    if (!K.flag[d::key_expert(plain[i])]) chosen[c++] = plain[i];
+}
+
+/// The budget policy's greedy (detail/budget.hpp), from loaded rows x (row t at t * n).
+/// K starts as K0 = the pinned experts, plus the anchors when all of them fit in the limit (the
+/// greedy would take every anchor first anyway), inserted at once; the batch's mass is then
+/// summed token by token. Then the best marginal gain, anchors first when they did not fit,
+/// until the limit, the target mass, or no gain is left. The kernel evaluates every gain at
+/// every step; here stale gains serve as upper bounds (lazy greedy). Each term of a gain only
+/// shrinks as K grows and fp32 addition is monotone, so a stale sum bounds the fresh one even
+/// in floating point, and the steps, the ties (lower id) and the sums are the kernel's exactly.
+LYNX_HOST_INLINE void budget_greedy(const float* x, const float* row_m, const std::uint8_t* votes,
+                                    int rows, const std::uint8_t* anchors, const std::uint64_t* plain,
+                                    int plain_unique, const route_params& p, std::uint8_t* in_active) {
+  const int n = p.num_experts, k = p.top_k;
+  std::vector<int> voters;
+  for (int t = 0; t < rows; ++t)
+    if (votes[t]) voters.push_back(t);
+  const int v = static_cast<int>(voters.size());
+  // share[i * n + e]: token-major, so that the first gains of all experts are one vector pass.
+  std::vector<float> share(static_cast<std::size_t>(v) * n), top(static_cast<std::size_t>(v) * k, 0.0f),
+      kth(v, 0.0f), bound(n, 0.0f);
+  for (int i = 0; i < v; ++i) {
+    const int t = voters[i];
+    const float* xt = x + static_cast<std::size_t>(t) * n;
+    const std::uint64_t* pt = plain + static_cast<std::size_t>(t) * k;
+    float sum = 0.0f;  // plain_activation_sum, over the loaded row
+    for (int j = 0; j < k; ++j) sum += d::activation(xt[d::key_expert(pt[j])], row_m[t], p.score);
+    float* s = share.data() + static_cast<std::size_t>(i) * n;
+    for (int e = 0; e < n; ++e) s[e] = d::activation(xt[e], row_m[t], p.score) / sum;
+  }
+  const auto insert = [&](int e) {
+    for (int i = 0; i < v; ++i) {
+      float* ti = top.data() + static_cast<std::size_t>(i) * k;
+      d::share_insert(ti, k, share[static_cast<std::size_t>(i) * n + e]);
+      kth[i] = ti[k - 1];
+    }
+  };
+  const int limit = d::budget_limit(p.budget_experts, p.budget_fraction, plain_unique, n, k);
+  int size = 0, with_anchors = 0;
+  for (int e = 0; e < n; ++e) {
+    size += in_active[e] ? 1 : 0;
+    with_anchors += (in_active[e] || anchors[e]) ? 1 : 0;
+  }
+  const bool bulk = with_anchors <= limit;
+  for (int e = 0; e < n; ++e) {
+    if (bulk && anchors[e]) in_active[e] = 1;
+    if (in_active[e]) insert(e);
+  }
+  if (bulk) size = with_anchors;
+  float total = 0.0f;
+  for (int i = 0; i < v; ++i)
+    for (int j = 0; j < k; ++j) total += top[static_cast<std::size_t>(i) * k + j];
+  const auto gain_of = [&](int e) {
+    float g = 0.0f;
+    for (int i = 0; i < v; ++i) g += d::share_gain(share[static_cast<std::size_t>(i) * n + e], kth[i]);
+    return g;
+  };
+  for (int i = 0; i < v; ++i) {  // every gain, token by token: the same sums as gain_of
+    const float* s = share.data() + static_cast<std::size_t>(i) * n;
+    const float ki = kth[i];
+    for (int e = 0; e < n; ++e) bound[e] += d::share_gain(s[e], ki);
+  }
+  std::vector<int> fresh_at(n, size);  // the K size at which bound[e] was computed
+  const float target = p.budget_mass * static_cast<float>(v);
+  for (int phase = bulk ? 1 : 0; phase < 2; ++phase)
+    while (size < limit && (phase == 0 || !(p.budget_mass > 0.0f) || total < target)) {
+      int pick = -1;
+      for (;;) {
+        std::uint64_t best = 0;
+        for (int e = 0; e < n; ++e) {
+          const std::uint64_t key = (in_active[e] || (phase == 0 && !anchors[e])) ? 0 : d::gain_key(bound[e], e);
+          best = key > best ? key : best;
+        }
+        if (best == 0) break;
+        const int e = d::key_expert(best);
+        if (fresh_at[e] == size) {
+          pick = e;
+          break;
+        }
+        bound[e] = gain_of(e);
+        fresh_at[e] = size;
+      }
+      if (pick < 0 || (phase == 1 && !(bound[pick] > 0.0f))) break;
+      in_active[pick] = 1;
+      ++size;
+      total += bound[pick];
+      insert(pick);
+    }
+}
+
+}  // namespace detail
+}  // namespace host
+}  // namespace lynx

@@ -121,7 +121,7 @@ LYNX_HOST_INLINE void remap_rows(Isa isa, const T* logits, std::int64_t row_stri
   if (p.anchor_top1 && p.kind != policy::budget)
     for (int e = 0; e < n; ++e) in_active[e] |= anchors[e];
   if (p.kind == policy::budget)
-    budget_greedy(lr.x.data(), lr.m.data(), votes.data(), num_valid, anchors.data(), plain.data(),
+    budget_greedy(isa, lr.x.data(), lr.u.data(), lr.m.data(), votes.data(), num_valid, anchors.data(), plain.data(),
                   count_flags(in_plain), p, in_active.data());
 
   const active_set K(in_active);

@@ -354,6 +354,20 @@ struct final_scratch {
       : x(static_cast<std::size_t>(n)), u(static_cast<std::size_t>(n)), cand(static_cast<std::size_t>(n) + 8), in_row_plain(n, 0) {}
 };
 
+/// The row's top-k keys among the experts whose mask is all ones: plain_topk of the row with
+/// the others at -inf and below every key (so any member, even at -inf, ranks above them).
+template <class Isa>
+LYNX_HOST_INLINE void masked_topk(Isa isa, const float* x, const std::uint32_t* u, float m, int n, int k,
+                                  const std::uint32_t* mask, final_scratch& fs, std::uint64_t* out) {
+  const std::uint32_t minus_inf = d::float_bits(-INFINITY);
+  for (int e = 0; e < n; ++e) {
+    const std::uint32_t mk = mask[e];
+    fs.x[e] = d::bits_float((d::float_bits(x[e]) & mk) | (minus_inf & ~mk));
+    fs.u[e] = u[e] & mk;
+  }
+  plain_topk(isa, fs.x.data(), fs.u.data(), n, k, m, fs.delta, fs.cand.data(), out);
+}
+
 /// SPEC §3.3 step 3 for one row: its top-k of (active bit, logit key), in that key order.
 /// When P lies inside K, that is P. Otherwise, with K at least k large, it is the plain top-k
 /// of the row with every expert outside K masked to -inf (and below every key inside K).
@@ -370,13 +384,7 @@ LYNX_HOST_INLINE void final_topk(Isa isa, const float* x, const std::uint32_t* u
   }
   const int size = static_cast<int>(K.list.size());
   if (size >= k) {
-    const std::uint32_t minus_inf = d::float_bits(-INFINITY);
-    for (int e = 0; e < n; ++e) {
-      const std::uint32_t mk = K.mask[e];
-      fs.x[e] = d::bits_float((d::float_bits(x[e]) & mk) | (minus_inf & ~mk));
-      fs.u[e] = u[e] & mk;
-    }
-    plain_topk(isa, fs.x.data(), fs.u.data(), n, k, m, fs.delta, fs.cand.data(), chosen);
+    masked_topk(isa, x, u, m, n, k, K.mask.data(), fs, chosen);
     return;
   }
   c = 0;
@@ -394,9 +402,11 @@ LYNX_HOST_INLINE void final_topk(Isa isa, const float* x, const std::uint32_t* u
 /// every step; here stale gains serve as upper bounds (lazy greedy). Each term of a gain only
 /// shrinks as K grows and fp32 addition is monotone, so a stale sum bounds the fresh one even
 /// in floating point, and the steps, the ties (lower id) and the sums are the kernel's exactly.
-LYNX_HOST_INLINE void budget_greedy(const float* x, const float* row_m, const std::uint8_t* votes,
-                                    int rows, const std::uint8_t* anchors, const std::uint64_t* plain,
-                                    int plain_unique, const route_params& p, std::uint8_t* in_active) {
+template <class Isa>
+LYNX_HOST_INLINE void budget_greedy(Isa isa, const float* x, const std::uint32_t* u, const float* row_m,
+                                    const std::uint8_t* votes, int rows, const std::uint8_t* anchors,
+                                    const std::uint64_t* plain, int plain_unique, const route_params& p,
+                                    std::uint8_t* in_active) {
   const int n = p.num_experts, k = p.top_k;
   std::vector<int> voters;
   for (int t = 0; t < rows; ++t)
@@ -412,7 +422,11 @@ LYNX_HOST_INLINE void budget_greedy(const float* x, const float* row_m, const st
     float sum = 0.0f;  // plain_activation_sum, over the loaded row
     for (int j = 0; j < k; ++j) sum += d::activation(xt[d::key_expert(pt[j])], row_m[t], p.score);
     float* s = share.data() + static_cast<std::size_t>(i) * n;
-    for (int e = 0; e < n; ++e) s[e] = d::activation(xt[e], row_m[t], p.score) / sum;
+    const float mt = row_m[t];
+    if (p.score == scoring::sigmoid)  // d::activation, one loop per scoring so that it vectorizes
+      for (int e = 0; e < n; ++e) s[e] = d::sigmoid(xt[e]) / sum;
+    else
+      for (int e = 0; e < n; ++e) s[e] = d::exp_f32(xt[e] - mt) / sum;
   }
   const auto insert = [&](int e) {
     for (int i = 0; i < v; ++i) {
@@ -428,11 +442,31 @@ LYNX_HOST_INLINE void budget_greedy(const float* x, const float* row_m, const st
     with_anchors += (in_active[e] || anchors[e]) ? 1 : 0;
   }
   const bool bulk = with_anchors <= limit;
+  std::vector<std::uint32_t> mask(n);
   for (int e = 0; e < n; ++e) {
     if (bulk && anchors[e]) in_active[e] = 1;
-    if (in_active[e]) insert(e);
+    mask[e] = in_active[e] ? ~0u : 0u;
   }
   if (bulk) size = with_anchors;
+  // Inserting K0's shares one by one leaves each token the k largest positive ones. A share is
+  // exp_f32 or sigmoid of the logit over a per-token sum, and exp_f32 is monotone (checked over
+  // every float), so those are the shares of the token's top-k logits inside K0.
+  if (size > 0) {
+    final_scratch fs(n);
+    std::uint64_t best[max_top_k];
+    const int take = size < k ? size : k;
+    for (int i = 0; i < v; ++i) {
+      const int t = voters[i];
+      const std::size_t at = static_cast<std::size_t>(t) * n;
+      masked_topk(isa, x + at, u + at, row_m[t], n, k, mask.data(), fs, best);
+      float* ti = top.data() + static_cast<std::size_t>(i) * k;
+      for (int j = 0; j < take; ++j) {
+        const float sh = share[static_cast<std::size_t>(i) * n + d::key_expert(best[j])];
+        ti[j] = sh > 0.0f ? sh : 0.0f;  // share_insert never takes 0 or NaN
+      }
+      kth[i] = ti[k - 1];
+    }
+  }
   float total = 0.0f;
   for (int i = 0; i < v; ++i)
     for (int j = 0; j < k; ++j) total += top[static_cast<std::size_t>(i) * k + j];
@@ -448,23 +482,26 @@ LYNX_HOST_INLINE void budget_greedy(const float* x, const float* row_m, const st
   }
   std::vector<int> fresh_at(n, size);  // the K size at which bound[e] was computed
   const float target = p.budget_mass * static_cast<float>(v);
-  for (int phase = bulk ? 1 : 0; phase < 2; ++phase)
+  std::vector<std::uint64_t> heap;  // candidates by gain_key of their bound: the argmax in O(log N)
+  for (int phase = bulk ? 1 : 0; phase < 2; ++phase) {
+    heap.clear();
+    for (int e = 0; e < n; ++e)
+      if (!in_active[e] && (phase == 1 || anchors[e])) heap.push_back(d::gain_key(bound[e], e));
+    std::make_heap(heap.begin(), heap.end());
     while (size < limit && (phase == 0 || !(p.budget_mass > 0.0f) || total < target)) {
       int pick = -1;
-      for (;;) {
-        std::uint64_t best = 0;
-        for (int e = 0; e < n; ++e) {
-          const std::uint64_t key = (in_active[e] || (phase == 0 && !anchors[e])) ? 0 : d::gain_key(bound[e], e);
-          best = key > best ? key : best;
-        }
-        if (best == 0) break;
-        const int e = d::key_expert(best);
+      while (!heap.empty()) {
+        std::pop_heap(heap.begin(), heap.end());
+        const int e = d::key_expert(heap.back());
+        heap.pop_back();
         if (fresh_at[e] == size) {
           pick = e;
           break;
         }
         bound[e] = gain_of(e);
         fresh_at[e] = size;
+        heap.push_back(d::gain_key(bound[e], e));
+        std::push_heap(heap.begin(), heap.end());
       }
       if (pick < 0 || (phase == 1 && !(bound[pick] > 0.0f))) break;
       in_active[pick] = 1;
@@ -472,6 +509,7 @@ LYNX_HOST_INLINE void budget_greedy(const float* x, const float* row_m, const st
       total += bound[pick];
       insert(pick);
     }
+  }
 }
 
 }  // namespace detail

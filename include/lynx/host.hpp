@@ -89,8 +89,8 @@ LYNX_HOST_INLINE void remap_rows(Isa isa, const T* logits, std::int64_t row_stri
   std::vector<std::uint8_t> in_active(n, 0), in_plain(n, 0), in_final(n, 0), votes(num_rows, 0),
       anchors(n, 0);
   buffer<float> mass(rows);
-  buffer<std::uint64_t> plain(rows * k);
-  buffer<int> cand(static_cast<std::size_t>(n) + 8);
+  buffer<std::uint64_t> plain(rows * k), ranked(rows * max_ranked);
+  buffer<int> cand(static_cast<std::size_t>(n) + 8), num_ranked(rows);
   std::vector<std::uint64_t> scratch;
   float delta = 1.0f;  // plain_topk's cutoff, carried from row to row
   rank_order ro;
@@ -105,7 +105,8 @@ LYNX_HOST_INLINE void remap_rows(Isa isa, const T* logits, std::int64_t row_stri
     const float* xt = lr.x.data() + static_cast<std::size_t>(t) * n;
     const std::uint32_t* ut = lr.u.data() + static_cast<std::size_t>(t) * n;
     std::uint64_t* pk = plain.data() + static_cast<std::size_t>(t) * k;
-    plain_topk(isa, xt, ut, n, k, m, delta, cand.data(), pk);
+    num_ranked[t] = plain_topk(isa, xt, ut, n, k, m, delta, cand.data(), pk,
+                               ranked.data() + static_cast<std::size_t>(t) * max_ranked);
     for (int i = 0; i < k; ++i) in_plain[d::key_expert(pk[i])] = 1;
     mass[t] = original_mass(row, xt, n, m, pk, k, p.score, p.renormalize);
     if (p.pinned && p.pinned[t]) {
@@ -131,7 +132,7 @@ LYNX_HOST_INLINE void remap_rows(Isa isa, const T* logits, std::int64_t row_stri
     if (!votes[t]) continue;
     const std::size_t at = static_cast<std::size_t>(t) * n;
     final_topk(isa, lr.x.data() + at, lr.u.data() + at, lr.m[t], plain.data() + static_cast<std::size_t>(t) * k,
-               n, k, K, fs, chosen);
+               ranked.data() + static_cast<std::size_t>(t) * max_ranked, num_ranked[t], n, k, K, fs, chosen);
     for (int i = 0; i < k; ++i) in_final[d::key_expert(chosen[i])] = 1;
     d::emit_row(logits + t * row_stride, lr.m[t], chosen, k, p.score, p.renormalize, mass[t],
                 ids + static_cast<std::int64_t>(t) * k, weights + static_cast<std::int64_t>(t) * k);

@@ -127,8 +127,9 @@ LYNX_HOST_INLINE void rank_candidates(Isa, const std::int32_t* v, int c, int* ra
 /// usually close); then each candidate's rank among them (by logit, then lower id) is its slot.
 /// `cand` has room for n + 8 ids.
 template <class Isa>
-LYNX_HOST_INLINE void plain_topk(Isa isa, const float* x, const std::uint32_t* u, int n, int k,
-                                 float m, float& delta, int* cand, std::uint64_t* best) {
+LYNX_HOST_INLINE int plain_topk(Isa isa, const float* x, const std::uint32_t* u, int n, int k,
+                                float m, float& delta, int* cand, std::uint64_t* best,
+                                std::uint64_t* ranked = nullptr) {
   constexpr int max_candidates = 64;  // ranking is quadratic in the candidates
   const int cap = (k + 15) & ~7;  // k + 8 or a little more: ranks go 8 candidates at a time
   float good = -INFINITY, lo = 0.0f, hi = INFINITY;  // good: the last cutoff that kept >= k
@@ -150,7 +151,9 @@ LYNX_HOST_INLINE void plain_topk(Isa isa, const float* x, const std::uint32_t* u
   }
   if (kept > max_candidates) {  // ties or few finite logits: scan instead
     plain_topk_scan(u, n, k, best);
-    return;
+    if (ranked)
+      for (int i = 0; i < k; ++i) ranked[i] = best[i];
+    return k;
   }
   if (c != kept) c = gather_at_least(isa, x, n, good, cand);  // the loop ended on another cut
   // Signed compares of the order-preserving bits; padding sorts below every logit.
@@ -159,10 +162,19 @@ LYNX_HOST_INLINE void plain_topk(Isa isa, const float* x, const std::uint32_t* u
   for (int i = 0; i < c; ++i) v[i] = static_cast<std::int32_t>(u[cand[i]] ^ 0x80000000u);
   for (int i = c; i < ((c + 7) & ~7); ++i) v[i] = INT32_MIN;
   rank_candidates(isa, v, c, rank);
+  if (ranked) {  // every candidate in key order: the row's best keys above the cutoff
+    for (int i = 0; i < c; ++i) ranked[rank[i]] = key_of(u[cand[i]], cand[i]);
+    for (int i = 0; i < k; ++i) best[i] = ranked[i];
+    return c;
+  }
   std::uint64_t slot[max_top_k + 1];
   for (int i = 0; i < c; ++i) slot[rank[i] < k ? rank[i] : k] = key_of(u[cand[i]], cand[i]);
   for (int i = 0; i < k; ++i) best[i] = slot[i];
+  return c;
 }
+
+/// How many keys plain_topk's `ranked` output may hold.
+inline constexpr int max_ranked = 64;
 
 /// row_exp_sum over loaded logits: the same 32 lane sums and butterfly, with the lanes as the
 /// inner loop so that it vectorizes.
@@ -365,23 +377,31 @@ LYNX_HOST_INLINE void masked_topk(Isa isa, const float* x, const std::uint32_t* 
     fs.x[e] = d::bits_float((d::float_bits(x[e]) & mk) | (minus_inf & ~mk));
     fs.u[e] = u[e] & mk;
   }
-  plain_topk(isa, fs.x.data(), fs.u.data(), n, k, m, fs.delta, fs.cand.data(), out);
+  plain_topk(isa, fs.x.data(), fs.u.data(), n, k, m, fs.delta, fs.cand.data(), out, nullptr);
 }
 
 /// SPEC §3.3 step 3 for one row: its top-k of (active bit, logit key), in that key order.
-/// When P lies inside K, that is P. Otherwise, with K at least k large, it is the plain top-k
+/// When P lies inside K, that is P; else the first k of K among the row's ranked candidates,
+/// when there are k. Otherwise, with K at least k large, it is the plain top-k
 /// of the row with every expert outside K masked to -inf (and below every key inside K).
 /// With K smaller than k: K by key, then P \ K (the best keys outside K).
 template <class Isa>
 LYNX_HOST_INLINE void final_topk(Isa isa, const float* x, const std::uint32_t* u, float m,
-                                 const std::uint64_t* plain, int n, int k, const active_set& K,
-                                 final_scratch& fs, std::uint64_t* chosen) {
+                                 const std::uint64_t* plain, const std::uint64_t* ranked, int num_ranked,
+                                 int n, int k, const active_set& K, final_scratch& fs,
+                                 std::uint64_t* chosen) {
   int c = 0;
   for (int i = 0; i < k; ++i) c += K.flag[d::key_expert(plain[i])];
   if (c == k) {
     for (int i = 0; i < k; ++i) chosen[i] = plain[i];
     return;
   }
+  // The row's best keys (plain_topk's candidates, every key above a cutoff) usually hold k
+  // experts of K; those are then its top-k inside K.
+  c = 0;
+  for (int i = 0; i < num_ranked && c < k; ++i)
+    if (K.flag[d::key_expert(ranked[i])]) chosen[c++] = ranked[i];
+  if (c == k) return;
   const int size = static_cast<int>(K.list.size());
   if (size >= k) {
     masked_topk(isa, x, u, m, n, k, K.mask.data(), fs, chosen);

@@ -184,12 +184,7 @@ LYNX_HOST_INLINE float row_exp_sum(const float* x, int n, float m) {
   for (; base + 32 <= n; base += 32)
     for (int j = 0; j < 32; ++j) p[j] += d::exp_f32(x[base + j] - m);
   for (int j = 0; base + j < n; ++j) p[j] += d::exp_f32(x[base + j] - m);
-  for (int o = 16; o > 0; o >>= 1) {
-    float next[32];
-    for (int j = 0; j < 32; ++j) next[j] = p[j] + p[j ^ o];
-    for (int j = 0; j < 32; ++j) p[j] = next[j];
-  }
-  return p[0];
+  return d::butterfly_sum(p);
 }
 
 /// original_mass (row_math.hpp) from a loaded row.

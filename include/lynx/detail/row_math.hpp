@@ -215,16 +215,21 @@ LYNX_HD float lane_exp_sum(const T* row, int n, float m, int lane) {
 /// The canonical order of the one N-long float sum (the softmax total): 32 strided lane sums
 /// combined by an xor butterfly (16, 8, 4, 2, 1), exactly as a warp computes it with
 /// __shfl_xor_sync. The host runs this emulation, so host and device totals are bitwise equal.
-template <class T>
-LYNX_HD float row_exp_sum(const T* row, int n, float m) {
-  float p[32];
-  for (int j = 0; j < 32; ++j) p[j] = lane_exp_sum(row, n, m, j);
+/// butterfly_sum combines the 32 lane sums p (and overwrites them).
+LYNX_HD float butterfly_sum(float* p) {
   for (int o = 16; o > 0; o >>= 1) {
     float next[32];
     for (int j = 0; j < 32; ++j) next[j] = p[j] + p[j ^ o];
     for (int j = 0; j < 32; ++j) p[j] = next[j];
   }
   return p[0];
+}
+
+template <class T>
+LYNX_HD float row_exp_sum(const T* row, int n, float m) {
+  float p[32];
+  for (int j = 0; j < 32; ++j) p[j] = lane_exp_sum(row, n, m, j);
+  return butterfly_sum(p);
 }
 
 /// The row's original top-k mass that "no renormalize" keeps (SPEC §3.3 step 4):

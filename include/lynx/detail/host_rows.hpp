@@ -82,18 +82,8 @@ LYNX_HOST_INLINE void plain_topk_scan(const std::uint32_t* u, int n, int k, std:
   for (int e = e0; e < n; ++e) d::topk_push(best, k, key_of(u[e], e));
 }
 
-/// How many of x[0..n) are >= cut; the ids of those, in order (out has room for n + 8); the
-/// ranks of candidates (host_topk_avx2.hpp says what each computes).
-template <class Isa>
-LYNX_HOST_INLINE int count_at_least(Isa, const float* x, int n, float cut) {
-  if constexpr (Isa::avx2) {
-    return avx2::count_at_least(x, n, cut);
-  } else {
-    int kept = 0;
-    for (int e = 0; e < n; ++e) kept += x[e] >= cut ? 1 : 0;
-    return kept;
-  }
-}
+/// The ids e with x[e] >= cut, in order, and how many (out has room for n + 8); the ranks of
+/// candidates (host_topk_avx2.hpp says what each computes).
 template <class Isa>
 LYNX_HOST_INLINE int gather_at_least(Isa, const float* x, int n, float cut, int* out) {
   if constexpr (Isa::avx2) {
@@ -355,10 +345,9 @@ struct final_scratch {
   buffer<float> x;
   buffer<std::uint32_t> u;
   buffer<int> cand;
-  std::vector<std::uint8_t> in_row_plain;
   float delta = 1.0f;
   explicit final_scratch(int n)
-      : x(static_cast<std::size_t>(n)), u(static_cast<std::size_t>(n)), cand(static_cast<std::size_t>(n) + 8), in_row_plain(n, 0) {}
+      : x(static_cast<std::size_t>(n)), u(static_cast<std::size_t>(n)), cand(static_cast<std::size_t>(n) + 8) {}
 };
 
 /// The row's top-k keys among the experts whose mask is all ones: plain_topk of the row with

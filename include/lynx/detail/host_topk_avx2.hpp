@@ -1,6 +1,6 @@
 #pragma once
-// The host's per-row plain top-k (host_rows.hpp's plain_topk) in AVX2 intrinsics: the cutoff
-// count, the candidate gather and the candidate ranks are 8 experts per instruction, where the
+// The host's per-row plain top-k (host_rows.hpp's plain_topk) in AVX2 intrinsics: the candidate
+// gather (which also counts) and the candidate ranks are 8 experts per instruction, where the
 // portable loops compile to one expert per few instructions (a gather does not auto-vectorize).
 // Same candidates, same ranks, bitwise the same keys out.
 
@@ -30,16 +30,6 @@ struct compact_table {
   }
 };
 inline constexpr compact_table compact_lut{};
-
-/// How many of x[0..n) are >= cut.
-LYNX_HOST_AVX2 inline int count_at_least(const float* x, int n, float cut) {
-  const __m256 c = _mm256_set1_ps(cut);
-  int kept = 0, e = 0;
-  for (; e + 8 <= n; e += 8)
-    kept += __builtin_popcount(static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + e), c, _CMP_GE_OQ))));
-  for (; e < n; ++e) kept += x[e] >= cut ? 1 : 0;
-  return kept;
-}
 
 /// Writes the ids e with x[e] >= cut to out in id order; returns how many. out has room for
 /// n + 8 ids (each step stores 8).
@@ -85,7 +75,6 @@ namespace lynx {
 namespace host {
 namespace detail {
 namespace avx2 {  // never called without dispatch (isa_avx2 is never instantiated)
-inline int count_at_least(const float*, int, float) { return 0; }
 inline int gather_at_least(const float*, int, float, int*) { return 0; }
 inline void rank_candidates(const std::int32_t*, int, int*) {}
 }  // namespace avx2

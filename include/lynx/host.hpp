@@ -24,10 +24,9 @@ LYNX_HOST_INLINE void affinity_bin_body(Isa, const T* logits, std::int64_t row_s
                                         int num_valid, route_params p, std::int8_t* bins) {
   const int n = p.num_experts, depth = lynx::detail::bin_depth(p.beta);
   buffer<float> x(n);
-  buffer<std::uint32_t> u(n);
   for (int t = 0; t < num_rows; ++t) {
     std::int8_t* out = bins + static_cast<std::int64_t>(t) * n;
-    const float m = t < num_valid ? load_row(logits + t * row_stride, n, x.data(), u.data()) : -INFINITY;
+    const float m = t < num_valid ? load_row(logits + t * row_stride, n, x.data()) : -INFINITY;
     if (m == -INFINITY)
       std::fill(out, out + n, no_vote);
     else
@@ -68,21 +67,20 @@ void write_pad_rows(const std::vector<std::uint8_t>& loaded, const std::vector<s
 /// Every valid row loaded once (host_rows.hpp's load_row): rows t < num_valid at t * n.
 struct loaded_rows {
   buffer<float> x, m;
-  buffer<std::uint32_t> u;
-  loaded_rows(int rows, int n)
-      : x(static_cast<std::size_t>(rows) * n), m(static_cast<std::size_t>(rows)), u(static_cast<std::size_t>(rows) * n) {}
+  loaded_rows(int rows, int n) : x(static_cast<std::size_t>(rows) * n), m(static_cast<std::size_t>(rows)) {}
   template <class T>
   LYNX_HOST_INLINE float load(const T* row, int t, int n) {
     const std::size_t at = static_cast<std::size_t>(t) * n;
-    return m[t] = load_row(row, n, x.data() + at, u.data() + at);
+    return m[t] = load_row(row, n, x.data() + at);
   }
 };
 
-/// remap_topk on loaded rows.
+/// remap_topk on loaded rows. `trusted_bins`: the bins are affinity_bin's for these rows (z_topk).
 template <class Isa, class T, class IdT>
 LYNX_HOST_INLINE void remap_rows(Isa isa, const T* logits, std::int64_t row_stride, int num_rows, int num_valid,
-                                 const std::int8_t* bins, const std::int32_t* ranks, const route_params& p,
-                                 const loaded_rows& lr, IdT* ids, float* weights) {
+                                 const std::int8_t* bins, bool trusted_bins, const std::int32_t* ranks,
+                                 const rank_order& ro, const route_params& p, const loaded_rows& lr, IdT* ids,
+                                 float* weights) {
   namespace d = lynx::detail;
   const int n = p.num_experts, k = p.top_k;
   const std::size_t rows = static_cast<std::size_t>(num_valid);
@@ -90,11 +88,9 @@ LYNX_HOST_INLINE void remap_rows(Isa isa, const T* logits, std::int64_t row_stri
       anchors(n, 0);
   buffer<float> mass(rows);
   buffer<std::uint64_t> plain(rows * k), ranked(rows * max_ranked);
-  buffer<int> cand(static_cast<std::size_t>(n) + 8), num_ranked(rows);
-  std::vector<std::uint64_t> scratch;
-  float delta = 1.0f;  // plain_topk's cutoff, carried from row to row
-  rank_order ro;
-  if (p.kind == policy::lynx) ro.build(ranks, n);
+  buffer<int> num_ranked(rows), plain_ids(rows * k);  // plain's experts, as ids
+  std::vector<int> pick;
+  topk_scratch ts(n);
   const int depth = d::bin_depth(p.beta);
 
   for (int t = 0; t < num_valid; ++t) {  // selection: each row's contribution to K
@@ -103,26 +99,28 @@ LYNX_HOST_INLINE void remap_rows(Isa isa, const T* logits, std::int64_t row_stri
     votes[t] = 1;
     const T* row = logits + t * row_stride;
     const float* xt = lr.x.data() + static_cast<std::size_t>(t) * n;
-    const std::uint32_t* ut = lr.u.data() + static_cast<std::size_t>(t) * n;
     std::uint64_t* pk = plain.data() + static_cast<std::size_t>(t) * k;
-    num_ranked[t] = plain_topk(isa, xt, ut, n, k, m, delta, cand.data(), pk,
+    int* pe = plain_ids.data() + static_cast<std::size_t>(t) * k;
+    num_ranked[t] = plain_topk(isa, xt, nullptr, n, k, m, ts, pk,
                                ranked.data() + static_cast<std::size_t>(t) * max_ranked);
-    for (int i = 0; i < k; ++i) in_plain[d::key_expert(pk[i])] = 1;
+    for (int i = 0; i < k; ++i) pe[i] = d::key_expert(pk[i]);
+    for (int i = 0; i < k; ++i) in_plain[pe[i]] = 1;
     mass[t] = original_mass(row, xt, n, m, pk, k, p.score, p.renormalize);
     if (p.pinned && p.pinned[t]) {
-      for (int i = 0; i < k; ++i) in_active[d::key_expert(pk[i])] = 1;
+      for (int i = 0; i < k; ++i) in_active[pe[i]] = 1;
       continue;
     }
-    if (p.anchor_top1 || p.kind == policy::budget) anchors[d::key_expert(pk[0])] = 1;
+    if (p.anchor_top1 || p.kind == policy::budget) anchors[pe[0]] = 1;
     if (p.kind == policy::lynx)
-      z_topk(bins + static_cast<std::int64_t>(t) * n, ut, ranks, ro, pk, n, k, depth, in_active.data(), scratch);
+      z_topk(isa, bins + static_cast<std::int64_t>(t) * n, xt, ranks, ro, pe, n, k, depth, trusted_bins, in_active.data(),
+             pick);
     else if (p.kind == policy::piggyback)
-      for (int i = 0; i < p.keep_k; ++i) in_active[d::key_expert(pk[i])] = 1;
+      for (int i = 0; i < p.keep_k; ++i) in_active[pe[i]] = 1;
   }
   if (p.anchor_top1 && p.kind != policy::budget)
     for (int e = 0; e < n; ++e) in_active[e] |= anchors[e];
   if (p.kind == policy::budget)
-    budget_greedy(isa, lr.x.data(), lr.u.data(), lr.m.data(), votes.data(), num_valid, anchors.data(), plain.data(),
+    budget_greedy(isa, lr.x.data(), lr.m.data(), votes.data(), num_valid, anchors.data(), plain.data(),
                   count_flags(in_plain), p, in_active.data());
 
   const active_set K(in_active);
@@ -131,7 +129,8 @@ LYNX_HOST_INLINE void remap_rows(Isa isa, const T* logits, std::int64_t row_stri
   for (int t = 0; t < num_valid; ++t) {  // final: each row's top-k inside K
     if (!votes[t]) continue;
     const std::size_t at = static_cast<std::size_t>(t) * n;
-    final_topk(isa, lr.x.data() + at, lr.u.data() + at, lr.m[t], plain.data() + static_cast<std::size_t>(t) * k,
+    final_topk(isa, lr.x.data() + at, lr.m[t], plain.data() + static_cast<std::size_t>(t) * k,
+               plain_ids.data() + static_cast<std::size_t>(t) * k,
                ranked.data() + static_cast<std::size_t>(t) * max_ranked, num_ranked[t], n, k, K, fs, chosen);
     for (int i = 0; i < k; ++i) in_final[d::key_expert(chosen[i])] = 1;
     d::emit_row(logits + t * row_stride, lr.m[t], chosen, k, p.score, p.renormalize, mass[t],
@@ -154,7 +153,9 @@ LYNX_HOST_INLINE void remap_topk_body(Isa isa, const T* logits, std::int64_t row
                                       float* weights) {
   loaded_rows lr(num_valid, p.num_experts);
   for (int t = 0; t < num_valid; ++t) lr.load(logits + t * row_stride, t, p.num_experts);
-  remap_rows(isa, logits, row_stride, num_rows, num_valid, bins, ranks, p, lr, ids, weights);
+  rank_order ro;
+  if (p.kind == policy::lynx) ro.build(ranks, p.num_experts);
+  remap_rows(isa, logits, row_stride, num_rows, num_valid, bins, false, ranks, ro, p, lr, ids, weights);
 }
 LYNX_HOST_DISPATCHED(remap_topk_body)
 
@@ -176,8 +177,11 @@ LYNX_HOST_INLINE void route_body(Isa isa, const T* logits, std::int64_t row_stri
       h.add(q);
     }
   }
-  rank_histograms(counts.data(), n, nbins, ranks.data());
-  remap_rows(isa, logits, row_stride, num_rows, num_valid, bins.data(), ranks.data(), p, lr, ids, weights);
+  rank_order ro;
+  ro.order.resize(n);
+  rank_histograms(counts.data(), n, nbins, ranks.data(), ro.order.data());
+  ro.runs(ranks.data(), n);
+  remap_rows(isa, logits, row_stride, num_rows, num_valid, bins.data(), true, ranks.data(), ro, p, lr, ids, weights);
 }
 LYNX_HOST_DISPATCHED(route_body)
 
@@ -188,16 +192,14 @@ LYNX_HOST_INLINE void topk_route_body(Isa isa, const T* logits, std::int64_t row
   const int n = p.num_experts, k = p.top_k;
   std::vector<std::uint8_t> in_plain(n, 0), votes(num_rows, 0);
   buffer<float> x(n);
-  buffer<std::uint32_t> u(n);
-  buffer<int> cand(static_cast<std::size_t>(n) + 8);
+  topk_scratch ts(n);
   std::uint64_t best[max_top_k];
-  float delta = 1.0f;  // plain_topk's cutoff, carried from row to row
   for (int t = 0; t < num_valid; ++t) {
     const T* row = logits + t * row_stride;
-    const float m = load_row(row, n, x.data(), u.data());
+    const float m = load_row(row, n, x.data());
     if (m == -INFINITY) continue;
     votes[t] = 1;
-    plain_topk(isa, x.data(), u.data(), n, k, m, delta, cand.data(), best);
+    plain_topk(isa, x.data(), nullptr, n, k, m, ts, best);
     for (int i = 0; i < k; ++i) in_plain[d::key_expert(best[i])] = 1;
     d::emit_row(row, m, best, k, p.score, p.renormalize,
                 original_mass(row, x.data(), n, m, best, k, p.score, p.renormalize),

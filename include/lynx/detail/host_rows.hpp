@@ -3,12 +3,13 @@
 // for AVX2 + FMA and for any CPU (host_simd.hpp). The per-element math is row_math.hpp's,
 // shared with the kernels; what differs from the kernels is only how work is organised:
 //
-// - each row is loaded once into sanitized floats and order-preserving integers, in loops
-//   without branches that compilers vectorize;
+// - each row is loaded once into sanitized floats, in a loop without branches that compilers
+//   vectorize;
 // - each row runs one N-wide selection, its plain top-k (P), and derives the other two from it:
 //   the z top-k (SPEC §3.3 step 1) needs only the bin q* of P's k-th expert, because bins are
-//   monotone in the logit, and then walks the experts in batch-rank order; the top-k inside K
-//   is P ∩ K followed by the best of K \ P (K is small), so it never scans N again.
+//   monotone in the logit, and then the best of bin q* by batch rank (a walk in rank order, or
+//   the bin's few experts when it is sparse); the top-k inside K is usually P, or the first k
+//   members of K among P's ranked candidates, so it rarely scans N again.
 //
 // Every shortcut yields the same ids, in the same order, as the kernels' packed-key top-k, and
 // each falls back to that top-k where its premise does not hold (bins not from affinity_bin).
@@ -48,16 +49,15 @@ class buffer {
   std::unique_ptr<T[]> p_;
 };
 
-/// Loads a row: x[e] = the sanitized logit, u[e] = its order-preserving bits. Returns the
-/// row's max (-inf: the row does not vote).
+/// Loads a row: x[e] = the sanitized logit (no NaN, no -0). Returns the row's max (-inf: the
+/// row does not vote).
 template <class T>
-LYNX_HOST_INLINE float load_row(const T* row, int n, float* x, std::uint32_t* u) {
-  std::uint32_t top = 0;
+LYNX_HOST_INLINE float load_row(const T* row, int n, float* x) {
+  std::uint32_t top = 0;  // an integer max vectorizes (a float one would need -ffast-math)
   for (int e = 0; e < n; ++e) {
     const float v = d::sanitize(d::to_float(row[e]));
     const std::uint32_t b = d::ordered_bits(v);
     x[e] = v;
-    u[e] = b;
     top = b > top ? b : top;
   }
   return d::unordered_float(top);
@@ -66,33 +66,29 @@ LYNX_HOST_INLINE float load_row(const T* row, int n, float* x, std::uint32_t* u)
 LYNX_HOST_INLINE std::uint64_t key_of(std::uint32_t u, int e) {
   return (static_cast<std::uint64_t>(u) << 16) | static_cast<std::uint64_t>(0xFFFF - e);
 }
+/// The logit key of a loaded logit (d::logit_key without sanitizing again).
+LYNX_HOST_INLINE std::uint64_t key_of(float x, int e) { return key_of(d::ordered_bits(x), e); }
 
-/// The row's top-k logit keys (SPEC §4 order), by blocks of 16 whose largest logit below the
-/// current k-th is skipped with one test. The fallback of plain_topk.
-LYNX_HOST_INLINE void plain_topk_scan(const std::uint32_t* u, int n, int k, std::uint64_t* best) {
-  constexpr int block = 16;
+/// The row's top-k logit keys (SPEC §4 order), where experts whose mask is 0 (if a mask is
+/// given) have key bits 0, below every logit's. The fallback of plain_topk (ties, few finite
+/// logits): a scan.
+LYNX_HOST_INLINE void plain_topk_scan(const float* x, const std::uint32_t* mask, int n, int k, std::uint64_t* best) {
   d::topk_clear(best, k);
-  int e0 = 0;
-  for (; e0 + block <= n; e0 += block) {
-    std::uint32_t top = 0;
-    for (int j = 0; j < block; ++j) top = u[e0 + j] > top ? u[e0 + j] : top;
-    if (top < static_cast<std::uint32_t>(best[k - 1] >> 16)) continue;
-    for (int j = 0; j < block; ++j) d::topk_push(best, k, key_of(u[e0 + j], e0 + j));
-  }
-  for (int e = e0; e < n; ++e) d::topk_push(best, k, key_of(u[e], e));
+  for (int e = 0; e < n; ++e) d::topk_push(best, k, key_of(d::ordered_bits(x[e]) & (mask ? mask[e] : ~0u), e));
 }
 
-/// The ids e with x[e] >= cut, in order, and how many (out has room for n + 8); the ranks of
-/// candidates (host_topk_avx2.hpp says what each computes).
+/// The entries i < c with x[i] >= cut, in order (values and ids; ids i where id is null), and
+/// how many; the ranks of candidates (host_topk_avx2.hpp says what each computes).
 template <class Isa>
-LYNX_HOST_INLINE int gather_at_least(Isa, const float* x, int n, float cut, int* out) {
+LYNX_HOST_INLINE int keep_at_least(Isa, const float* x, const int* id, int c, float cut, float* ox, int* oid) {
   if constexpr (Isa::avx2) {
-    return avx2::gather_at_least(x, n, cut, out);
+    return avx2::keep_at_least(x, id, c, cut, ox, oid);
   } else {
     int kept = 0;
-    for (int e = 0; e < n; ++e) {
-      out[kept] = e;
-      kept += x[e] >= cut ? 1 : 0;
+    for (int i = 0; i < c; ++i) {
+      ox[kept] = x[i];
+      oid[kept] = id ? id[i] : i;
+      kept += x[i] >= cut ? 1 : 0;
     }
     return kept;
   }
@@ -111,54 +107,116 @@ LYNX_HOST_INLINE void rank_candidates(Isa, const std::int32_t* v, int c, int* ra
   }
 }
 
-/// The row's top-k logit keys (SPEC §4 order) without a data-dependent branch per expert:
-/// the experts above a cutoff m - delta, gathered without branches (a vector pass), with delta
-/// bisected until k to about k + 8 are kept (it carries over from the previous row, which is
-/// usually close); then each candidate's rank among them (by logit, then lower id) is its slot.
-/// `cand` has room for n + 8 ids.
+LYNX_HOST_INLINE int lowest_set_bit(std::uint64_t b) {  // b != 0
+#if defined(__GNUC__)
+  return __builtin_ctzll(b);
+#else
+  int i = 0;
+  for (; !(b & 1u); b >>= 1) ++i;
+  return i;
+#endif
+}
+
+/// Bit e of words[e / 64]: q[e] == want; returns how many (n <= max_experts).
 template <class Isa>
-LYNX_HOST_INLINE int plain_topk(Isa isa, const float* x, const std::uint32_t* u, int n, int k,
-                                float m, float& delta, int* cand, std::uint64_t* best,
-                                std::uint64_t* ranked = nullptr) {
+LYNX_HOST_INLINE int match_bits(Isa, const std::int8_t* q, int n, std::int8_t want, std::uint64_t* words) {
+  if constexpr (Isa::avx2) {
+    return avx2::match_bits(q, n, want, words);
+  } else {
+    int count = 0;
+    for (int w = 0; w < (n + 63) / 64; ++w) {
+      std::uint64_t b = 0;
+      for (int j = 0; j < 64 && w * 64 + j < n; ++j) {
+        const bool hit = q[w * 64 + j] == want;
+        b |= static_cast<std::uint64_t>(hit) << j;
+        count += hit ? 1 : 0;
+      }
+      words[w] = b;
+    }
+    return count;
+  }
+}
+
+/// Scratch of plain_topk for rows of n experts: two candidate lists (values and ids).
+struct topk_scratch {
+  buffer<float> x0, x1;
+  buffer<int> id0, id1;
+  explicit topk_scratch(int n)
+      : x0(static_cast<std::size_t>(n) + 8), x1(static_cast<std::size_t>(n) + 8),
+        id0(static_cast<std::size_t>(n) + 8), id1(static_cast<std::size_t>(n) + 8) {}
+};
+
+/// A cutoff that at least k of the n sanitized logits reach: the least of the maxima of 8g >= k
+/// columns (expert e in column e mod 8g), since each column holds its own max. It keeps about
+/// 2.5k of 128 normal logits. -inf (keep all) where the row is too short for such columns.
+template <class Isa>
+LYNX_HOST_INLINE float column_cut(Isa, const float* x, int n, int k) {
+  const int g = (k + 7) / 8, cols = 8 * g, whole = n / cols * cols;
+  if (n < 2 * cols) return -INFINITY;
+  if constexpr (Isa::avx2) {
+    return avx2::column_cut(x, whole, g);
+  } else {
+    float colmax[max_top_k];
+    std::fill(colmax, colmax + max_top_k, -INFINITY);
+    for (int e = 0; e < whole; ++e) {
+      float& c = colmax[e % cols];
+      c = x[e] > c ? x[e] : c;  // no NaN in x
+    }
+    float cut = colmax[0];
+    for (int j = 1; j < cols; ++j) cut = colmax[j] < cut ? colmax[j] : cut;
+    return cut;
+  }
+}
+
+/// The row's top-k logit keys (SPEC §4 order) without a data-dependent branch per expert.
+/// One pass over the row keeps the experts at or above column_cut (a vector compaction); while
+/// that keeps more than about k + 8, the kept list is narrowed by bisecting the cutoff toward
+/// the row's max m (each step a pass over the list alone); then each candidate's rank among them (by logit,
+/// then lower id) is its slot. With `ranked`, every candidate in key order goes there (the
+/// row's best keys) and the count is returned. A mask (masked_topk's) puts the experts whose
+/// mask is 0, which are at -inf in x, below every other key.
+template <class Isa>
+LYNX_HOST_INLINE int plain_topk(Isa isa, const float* x, const std::uint32_t* mask, int n, int k, float m,
+                                topk_scratch& s, std::uint64_t* best, std::uint64_t* ranked = nullptr) {
   constexpr int max_candidates = 64;  // ranking is quadratic in the candidates
   const int cap = (k + 15) & ~7;  // k + 8 or a little more: ranks go 8 candidates at a time
-  float good = -INFINITY, lo = 0.0f, hi = INFINITY;  // good: the last cutoff that kept >= k
-  int kept = n;
-  delta = delta < 0x1p-20f ? 0x1p-20f : (delta > 0x1p20f ? 0x1p20f : delta);
-  int c = 0;
-  for (int iter = 0; iter < 8; ++iter) {
-    const float cut = m - delta;
-    c = gather_at_least(isa, x, n, cut, cand);  // counts too; usually the first cut is kept
-    if (c >= k) {
-      good = cut;
-      kept = c;
-      if (c <= cap) break;
-      hi = delta;  // too many: narrow
+  float good = column_cut(isa, x, n, k), high = m;  // cutoffs that keep >= k, and maybe fewer
+  int c = keep_at_least(isa, x, nullptr, n, good, s.x0.data(), s.id0.data());
+  float* cx = s.x0.data();
+  int* cid = s.id0.data();
+  for (int iter = 0; iter < 12 && c > cap && good > -INFINITY; ++iter) {
+    const float mid = 0.5f * good + 0.5f * high;
+    float* nx = cx == s.x0.data() ? s.x1.data() : s.x0.data();
+    int* nid = cid == s.id0.data() ? s.id1.data() : s.id0.data();
+    const int kept = keep_at_least(isa, cx, cid, c, mid, nx, nid);
+    if (kept >= k) {
+      good = mid;
+      c = kept;
+      cx = nx;
+      cid = nid;
     } else {
-      lo = delta;  // too few: widen
+      high = mid;
     }
-    delta = hi == INFINITY ? delta * 4.0f : 0.5f * (lo + hi);
   }
-  if (kept > max_candidates) {  // ties or few finite logits: scan instead
-    plain_topk_scan(u, n, k, best);
+  if (c > max_candidates) {  // ties or few finite logits: scan instead
+    plain_topk_scan(x, mask, n, k, best);
     if (ranked)
       for (int i = 0; i < k; ++i) ranked[i] = best[i];
     return k;
   }
-  if (c != kept) c = gather_at_least(isa, x, n, good, cand);  // the loop ended on another cut
   // Signed compares of the order-preserving bits; padding sorts below every logit.
   std::int32_t v[max_candidates + 8];
   int rank[max_candidates];
-  for (int i = 0; i < c; ++i) v[i] = static_cast<std::int32_t>(u[cand[i]] ^ 0x80000000u);
-  for (int i = c; i < ((c + 7) & ~7); ++i) v[i] = INT32_MIN;
+  for (int i = 0; i < c; ++i) v[i] = static_cast<std::int32_t>(d::ordered_bits(cx[i]) ^ 0x80000000u);
+  for (int i = 0; i < 8; ++i) v[c + i] = INT32_MIN;
   rank_candidates(isa, v, c, rank);
   if (ranked) {  // every candidate in key order: the row's best keys above the cutoff
-    for (int i = 0; i < c; ++i) ranked[rank[i]] = key_of(u[cand[i]], cand[i]);
+    for (int i = 0; i < c; ++i) ranked[rank[i]] = key_of(cx[i], cid[i]);
     for (int i = 0; i < k; ++i) best[i] = ranked[i];
     return c;
   }
   std::uint64_t slot[max_top_k + 1];
-  for (int i = 0; i < c; ++i) slot[rank[i] < k ? rank[i] : k] = key_of(u[cand[i]], cand[i]);
+  for (int i = 0; i < c; ++i) slot[rank[i] < k ? rank[i] : k] = key_of(cx[i], cid[i]);
   for (int i = 0; i < k; ++i) best[i] = slot[i];
   return c;
 }
@@ -229,102 +287,137 @@ class histogram_counter {
   int pending_ = 0;
 };
 
-/// Competition ranks of the histograms (0 = greatest H). When every digit fits, each histogram
-/// packs into one integer whose order is H's, and one sort of those gives the ranks.
-LYNX_HOST_INLINE void rank_histograms(const std::int32_t* counts, int n, int nbins,
-                                      std::int32_t* ranks) {
+/// Competition ranks of the histograms (0 = greatest H), and optionally the experts in rank
+/// order (rank ascending, then id: H descending). When every digit fits, each histogram packs
+/// into one integer whose order is H's, and one sort of those gives the ranks.
+LYNX_HOST_INLINE void rank_histograms(const std::int32_t* counts, int n, int nbins, std::int32_t* ranks,
+                                      int* order = nullptr) {
   std::int32_t most = 0;
   for (std::size_t i = 0; i < static_cast<std::size_t>(n) * nbins; ++i) most = counts[i] > most ? counts[i] : most;
   int bits = 1;
   while (bits < 31 && (std::int64_t{1} << bits) <= most) ++bits;
   if (bits * nbins <= 48) {
-    std::vector<std::uint64_t> packed(n);
-    for (int e = 0; e < n; ++e) {
-      std::uint64_t h = 0;
-      for (int j = 0; j < nbins; ++j) h = (h << bits) | static_cast<std::uint64_t>(counts[static_cast<std::size_t>(j) * n + e]);
-      packed[e] = (h << 16) | static_cast<std::uint64_t>(0xFFFF - e);
-    }
+    std::vector<std::uint64_t> packed(n, 0);
+    for (int j = 0; j < nbins; ++j)  // digit by digit: a vector pass each
+      for (int e = 0; e < n; ++e)
+        packed[e] = (packed[e] << bits) | static_cast<std::uint64_t>(counts[static_cast<std::size_t>(j) * n + e]);
+    for (int e = 0; e < n; ++e) packed[e] = (packed[e] << 16) | static_cast<std::uint64_t>(0xFFFF - e);
     std::sort(packed.begin(), packed.end(), [](std::uint64_t a, std::uint64_t b) { return a > b; });
     for (int i = 0; i < n; ++i) {
       const bool tie = i > 0 && (packed[i - 1] >> 16) == (packed[i] >> 16);
       ranks[d::key_expert(packed[i])] = tie ? ranks[d::key_expert(packed[i - 1])] : i;
+      if (order) order[i] = d::key_expert(packed[i]);
     }
     return;
   }
-  std::vector<int> order(n);
-  std::iota(order.begin(), order.end(), 0);
+  std::vector<int> sorted(n);
+  std::iota(sorted.begin(), sorted.end(), 0);
   const auto greater = [&](int a, int b) { return d::histogram_greater(counts, n, nbins, a, b); };
-  std::stable_sort(order.begin(), order.end(), greater);
-  for (int i = 0; i < n; ++i)
-    ranks[order[i]] = (i > 0 && !greater(order[i - 1], order[i])) ? ranks[order[i - 1]] : i;
+  std::stable_sort(sorted.begin(), sorted.end(), greater);
+  for (int i = 0; i < n; ++i) {
+    ranks[sorted[i]] = (i > 0 && !greater(sorted[i - 1], sorted[i])) ? ranks[sorted[i - 1]] : i;
+    if (order) order[i] = sorted[i];
+  }
 }
 
-/// The experts in batch-rank order (rank ascending, then id) and where each run of equal
-/// ranks starts (group_start has one more entry, n). Ranks outside [0, n) are clamped.
+/// The experts in batch-rank order (rank ascending, then id), and for each position the run
+/// of equal ranks it lies in, [first, end).
 struct rank_order {
-  std::vector<int> order, group_start;
+  std::vector<int> order, first, end;
+  /// From any ranks (remap_topk's caller's): those outside [0, n) are clamped.
   void build(const std::int32_t* ranks, int n) {
     std::vector<int> count(static_cast<std::size_t>(n) + 1, 0);
-    const auto clamp = [n](std::int32_t r) { return r < 0 ? 0 : (r >= n ? n - 1 : r); };
-    for (int e = 0; e < n; ++e) ++count[clamp(ranks[e]) + 1];
+    for (int e = 0; e < n; ++e) ++count[clamp(ranks[e], n) + 1];
     for (int r = 0; r < n; ++r) count[r + 1] += count[r];
     order.assign(n, 0);
-    group_start.clear();
-    for (int r = 0; r < n; ++r)
-      if (count[r + 1] > count[r]) group_start.push_back(count[r]);
-    group_start.push_back(n);
-    for (int e = 0; e < n; ++e) order[count[clamp(ranks[e])]++] = e;
+    for (int e = 0; e < n; ++e) order[count[clamp(ranks[e], n)]++] = e;
+    runs(ranks, n);
   }
+  /// The runs, with `order` already in place (rank_histograms writes it).
+  void runs(const std::int32_t* ranks, int n) {
+    first.assign(n, 0);
+    end.assign(n, n);
+    const auto same = [&](int i, int j) { return clamp(ranks[order[i]], n) == clamp(ranks[order[j]], n); };
+    for (int i = 1; i < n; ++i) first[i] = same(i, i - 1) ? first[i - 1] : i;
+    for (int i = n - 2; i >= 0; --i) end[i] = same(i, i + 1) ? end[i + 1] : i + 1;
+  }
+
+ private:
+  static int clamp(std::int32_t r, int n) { return r < 0 ? 0 : (r >= n ? n - 1 : r); }
 };
 
 /// SPEC §3.3 step 1 for one row: its top-k by z = (bin, batch rank, logit, lower id), the same
-/// set as the kernels' top-k of z_key. Marks the chosen experts in `mark`.
+/// set as the kernels' top-k of z_key, from the row's plain top-k P (`plain`: its ids in key
+/// order). Marks the chosen experts in `mark`.
 /// Bins are monotone in the logit, so every expert above the bin q* of the k-th plain expert is
-/// in P, and the rest come from bin q* in rank order; otherwise (bins not from affinity_bin)
-/// this runs the packed-key top-k.
-LYNX_HOST_INLINE void z_topk(const std::int8_t* q, const std::uint32_t* u, const std::int32_t* ranks,
-                             const rank_order& ro, const std::uint64_t* plain, int n, int k, int depth,
-                             std::uint8_t* mark, std::vector<std::uint64_t>& scratch) {
+/// in P, and the rest come from bin q* in rank order. `trusted`: the bins are affinity_bin's
+/// for these logits (route's own); otherwise the premise is checked, and where it fails this
+/// runs the packed-key top-k.
+template <class Isa>
+LYNX_HOST_INLINE void z_topk(Isa isa, const std::int8_t* q, const float* x, const std::int32_t* ranks,
+                             const rank_order& ro, const int* plain, int n, int k, int depth,
+                             bool trusted, std::uint8_t* mark, std::vector<int>& pick) {
   // q* = the bin of P's k-th expert; above = how many experts have a higher bin. With bins
   // monotone in the logit, those are all in P, and bin q* holds the k - above others.
-  const int star = q[d::key_expert(plain[k - 1])];
-  int above = 0, in_p = 0, p_at_least = 0;
-  for (int e = 0; e < n; ++e) above += q[e] > star ? 1 : 0;
-  for (int i = 0; i < k; ++i) {
-    in_p += q[d::key_expert(plain[i])] > star ? 1 : 0;
-    p_at_least += q[d::key_expert(plain[i])] >= star ? 1 : 0;
+  const int star = q[plain[k - 1]];
+  int above = 0;
+  for (int i = 0; i < k; ++i) above += q[plain[i]] > star ? 1 : 0;
+  if (!trusted) {
+    int all_above = 0, p_at_least = 0;
+    for (int e = 0; e < n; ++e) all_above += q[e] > star ? 1 : 0;
+    for (int i = 0; i < k; ++i) p_at_least += q[plain[i]] >= star ? 1 : 0;
+    if (star > 0 || star < -depth || all_above != above || p_at_least != k) {
+      std::uint64_t best[max_top_k];
+      d::topk_clear(best, k);
+      for (int e = 0; e < n; ++e) d::topk_push(best, k, d::z_key_high(q[e], ranks[e]) | key_of(x[e], e));
+      for (int i = 0; i < k; ++i) mark[d::key_expert(best[i])] = 1;
+      return;
+    }
   }
-  if (star > 0 || star < -depth || in_p != above || p_at_least != k) {
-    std::uint64_t best[max_top_k];
-    d::topk_clear(best, k);
-    for (int e = 0; e < n; ++e) d::topk_push(best, k, d::z_key_high(q[e], ranks[e]) | key_of(u[e], e));
-    for (int i = 0; i < k; ++i) mark[d::key_expert(best[i])] = 1;
-    return;
-  }
-  for (int i = 0; i < k; ++i) {
-    const int e = d::key_expert(plain[i]);
-    if (q[e] > star) mark[e] = 1;
-  }
+  for (int i = 0; i < k; ++i)
+    if (q[plain[i]] > star) mark[plain[i]] = 1;
   const std::int8_t want = static_cast<std::int8_t>(star);
-  int need = k - above;
-  scratch.resize(n);
-  for (std::size_t g = 0; need > 0 && g + 1 < ro.group_start.size(); ++g) {
-    int c = 0;  // this rank group's experts in bin q*: logit keys
-    for (int i = ro.group_start[g]; i < ro.group_start[g + 1]; ++i) {
-      const int e = ro.order[i];
-      if (q[e] == want) scratch[c++] = key_of(u[e], e);
-    }
-    if (c <= need) {
-      for (int i = 0; i < c; ++i) mark[d::key_expert(scratch[i])] = 1;
-      need -= c;
-      continue;
-    }
+  const int need = k - above;
+  if (need == 0) return;
+  // Bin q* is sparse when q* is not the deepest bin: then the row's few experts in it by
+  // (rank, logit key) cost less than a walk in rank order to the need-th of them.
+  std::uint64_t words[max_experts / 64];
+  const int in_star = match_bits(isa, q, n, want, words);
+  if (in_star * in_star <= need * n) {
     std::uint64_t best[max_top_k];
     d::topk_clear(best, need);
-    for (int i = 0; i < c; ++i) d::topk_push(best, need, scratch[i]);
-    for (int i = 0; i < need; ++i) mark[d::key_expert(best[i])] = 1;
-    need = 0;
+    for (int w = 0; w < (n + 63) / 64; ++w)
+      for (std::uint64_t b = words[w]; b; b &= b - 1) {
+        const int e = w * 64 + lowest_set_bit(b);
+        const int r = ranks[e] < 0 ? 0 : (ranks[e] >= n ? n - 1 : ranks[e]);  // as rank_order clamps
+        d::topk_push(best, need, (static_cast<std::uint64_t>(n - r) << 48) | key_of(x[e], e));
+      }
+    for (int j = 0; j < need; ++j) mark[d::key_expert(best[j])] = 1;
+    return;
   }
+  pick.resize(n);
+  const int* order = ro.order.data();
+  int* picked = pick.data();
+  int c = 0, i = 0;  // the first `need` experts of bin q* in rank order
+  for (; i < n; ++i) {
+    const int e = order[i];
+    picked[c] = e;
+    c += q[e] == want ? 1 : 0;
+    if (c == need) break;
+  }
+  if (c == need && ro.end[i] - ro.first[i] > 1) {
+    // The last pick's rank is shared: its run's experts of bin q* go by logit key instead.
+    for (int j = ro.first[i]; j <= i; ++j) c -= q[ro.order[j]] == want ? 1 : 0;
+    const int rest = need - c;
+    std::uint64_t best[max_top_k];
+    d::topk_clear(best, rest);
+    for (int j = ro.first[i]; j < ro.end[i]; ++j) {
+      const int e = ro.order[j];
+      if (q[e] == want) d::topk_push(best, rest, key_of(x[e], e));
+    }
+    for (int j = 0; j < rest; ++j) mark[d::key_expert(best[j])] = 1;
+  }
+  for (int j = 0; j < c; ++j) mark[picked[j]] = 1;
 }
 
 /// The active set K as the final selection reads it.
@@ -343,25 +436,21 @@ struct active_set {
 /// Scratch of final_topk, reused across rows.
 struct final_scratch {
   buffer<float> x;
-  buffer<std::uint32_t> u;
-  buffer<int> cand;
-  float delta = 1.0f;
-  explicit final_scratch(int n)
-      : x(static_cast<std::size_t>(n)), u(static_cast<std::size_t>(n)), cand(static_cast<std::size_t>(n) + 8) {}
+  topk_scratch ts;
+  explicit final_scratch(int n) : x(static_cast<std::size_t>(n)), ts(n) {}
 };
 
 /// The row's top-k keys among the experts whose mask is all ones: plain_topk of the row with
 /// the others at -inf and below every key (so any member, even at -inf, ranks above them).
 template <class Isa>
-LYNX_HOST_INLINE void masked_topk(Isa isa, const float* x, const std::uint32_t* u, float m, int n, int k,
-                                  const std::uint32_t* mask, final_scratch& fs, std::uint64_t* out) {
+LYNX_HOST_INLINE void masked_topk(Isa isa, const float* x, float m, int n, int k, const std::uint32_t* mask,
+                                  final_scratch& fs, std::uint64_t* out) {
   const std::uint32_t minus_inf = d::float_bits(-INFINITY);
   for (int e = 0; e < n; ++e) {
     const std::uint32_t mk = mask[e];
     fs.x[e] = d::bits_float((d::float_bits(x[e]) & mk) | (minus_inf & ~mk));
-    fs.u[e] = u[e] & mk;
   }
-  plain_topk(isa, fs.x.data(), fs.u.data(), n, k, m, fs.delta, fs.cand.data(), out, nullptr);
+  plain_topk(isa, fs.x.data(), mask, n, k, m, fs.ts, out);
 }
 
 /// SPEC §3.3 step 3 for one row: its top-k of (active bit, logit key), in that key order.
@@ -370,12 +459,12 @@ LYNX_HOST_INLINE void masked_topk(Isa isa, const float* x, const std::uint32_t* 
 /// of the row with every expert outside K masked to -inf (and below every key inside K).
 /// With K smaller than k: K by key, then P \ K (the best keys outside K).
 template <class Isa>
-LYNX_HOST_INLINE void final_topk(Isa isa, const float* x, const std::uint32_t* u, float m,
-                                 const std::uint64_t* plain, const std::uint64_t* ranked, int num_ranked,
+LYNX_HOST_INLINE void final_topk(Isa isa, const float* x, float m, const std::uint64_t* plain,
+                                 const int* plain_ids, const std::uint64_t* ranked, int num_ranked,
                                  int n, int k, const active_set& K, final_scratch& fs,
                                  std::uint64_t* chosen) {
   int c = 0;
-  for (int i = 0; i < k; ++i) c += K.flag[d::key_expert(plain[i])];
+  for (int i = 0; i < k; ++i) c += K.flag[plain_ids[i]];
   if (c == k) {
     for (int i = 0; i < k; ++i) chosen[i] = plain[i];
     return;
@@ -388,11 +477,11 @@ LYNX_HOST_INLINE void final_topk(Isa isa, const float* x, const std::uint32_t* u
   if (c == k) return;
   const int size = static_cast<int>(K.list.size());
   if (size >= k) {
-    masked_topk(isa, x, u, m, n, k, K.mask.data(), fs, chosen);
+    masked_topk(isa, x, m, n, k, K.mask.data(), fs, chosen);
     return;
   }
   c = 0;
-  for (const int e : K.list) chosen[c++] = key_of(u[e], e);
+  for (const int e : K.list) chosen[c++] = key_of(x[e], e);
   std::sort(chosen, chosen + c, [](std::uint64_t a, std::uint64_t b) { return a > b; });
   for (int i = 0; i < k && c < k; ++i)
     if (!K.flag[d::key_expert(plain[i])]) chosen[c++] = plain[i];
@@ -407,7 +496,7 @@ LYNX_HOST_INLINE void final_topk(Isa isa, const float* x, const std::uint32_t* u
 /// shrinks as K grows and fp32 addition is monotone, so a stale sum bounds the fresh one even
 /// in floating point, and the steps, the ties (lower id) and the sums are the kernel's exactly.
 template <class Isa>
-LYNX_HOST_INLINE void budget_greedy(Isa isa, const float* x, const std::uint32_t* u, const float* row_m,
+LYNX_HOST_INLINE void budget_greedy(Isa isa, const float* x, const float* row_m,
                                     const std::uint8_t* votes, int rows, const std::uint8_t* anchors,
                                     const std::uint64_t* plain, int plain_unique, const route_params& p,
                                     std::uint8_t* in_active) {
@@ -462,7 +551,7 @@ LYNX_HOST_INLINE void budget_greedy(Isa isa, const float* x, const std::uint32_t
     for (int i = 0; i < v; ++i) {
       const int t = voters[i];
       const std::size_t at = static_cast<std::size_t>(t) * n;
-      masked_topk(isa, x + at, u + at, row_m[t], n, k, mask.data(), fs, best);
+      masked_topk(isa, x + at, row_m[t], n, k, mask.data(), fs, best);
       float* ti = top.data() + static_cast<std::size_t>(i) * k;
       for (int j = 0; j < take; ++j) {
         const float sh = share[static_cast<std::size_t>(i) * n + d::key_expert(best[j])];

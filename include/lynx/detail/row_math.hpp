@@ -296,18 +296,24 @@ LYNX_HD void emit_row(const T* row, float m, const std::uint64_t* chosen, int k,
   float w[max_top_k];
   int id[max_top_k];
   chosen_weights(row, m, chosen, k, s, renormalize, mass, w);
-  for (int i = 0; i < k; ++i) {  // insertion sort; chosen is already nearly in this order
-    const float wi = w[i];
-    const int ei = key_expert(chosen[i]);
-    int j = i;
-    while (j > 0 && (w[j - 1] < wi || (w[j - 1] == wi && id[j - 1] > ei))) {
-      w[j] = w[j - 1];
-      id[j] = id[j - 1];
-      --j;
+  // chosen is in logit order, so the weights usually are in order already (not always: two
+  // logits can round to one weight); then one branch-free check replaces the sort.
+  bool in_order = true;
+  for (int i = 0; i < k; ++i) id[i] = key_expert(chosen[i]);
+  for (int i = 1; i < k; ++i) in_order &= w[i - 1] > w[i] || (w[i - 1] == w[i] && id[i - 1] < id[i]);
+  if (!in_order)
+    for (int i = 1; i < k; ++i) {  // insertion sort
+      const float wi = w[i];
+      const int ei = id[i];
+      int j = i;
+      while (j > 0 && (w[j - 1] < wi || (w[j - 1] == wi && id[j - 1] > ei))) {
+        w[j] = w[j - 1];
+        id[j] = id[j - 1];
+        --j;
+      }
+      w[j] = wi;
+      id[j] = ei;
     }
-    w[j] = wi;
-    id[j] = ei;
-  }
   for (int i = 0; i < k; ++i) {
     ids[i] = static_cast<IdT>(id[i]);
     weights[i] = w[i];

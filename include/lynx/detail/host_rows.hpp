@@ -188,7 +188,8 @@ LYNX_HOST_INLINE int plain_topk(Isa isa, const float* x, const std::uint32_t* ma
     const float mid = 0.5f * good + 0.5f * high;
     float* nx = cx == s.x0.data() ? s.x1.data() : s.x0.data();
     int* nid = cid == s.id0.data() ? s.id1.data() : s.id0.data();
-    const int kept = keep_at_least(isa, cx, cid, c, mid, nx, nid);
+    for (int i = 0; i < 8; ++i) cx[c + i] = -INFINITY;  // whole steps of 8: the padding stays out
+    const int kept = keep_at_least(isa, cx, cid, (c + 7) & ~7, mid, nx, nid);
     if (kept >= k) {
       good = mid;
       c = kept;

@@ -112,8 +112,8 @@ LYNX_HOST_INLINE void remap_rows(Isa isa, const T* logits, std::int64_t row_stri
     }
     if (p.anchor_top1 || p.kind == policy::budget) anchors[pe[0]] = 1;
     if (p.kind == policy::lynx)
-      z_topk(isa, bins + static_cast<std::int64_t>(t) * n, xt, ranks, ro, pe, n, k, depth, trusted_bins, in_active.data(),
-             pick);
+      z_topk(isa, bins + static_cast<std::int64_t>(t) * n, xt, ranks, ro, pe, n, k, depth, trusted_bins,
+             in_active.data(), pick);
     else if (p.kind == policy::piggyback)
       for (int i = 0; i < p.keep_k; ++i) in_active[pe[i]] = 1;
   }

@@ -146,35 +146,51 @@ struct topk_scratch {
         id0(static_cast<std::size_t>(n) + 8), id1(static_cast<std::size_t>(n) + 8) {}
 };
 
-/// A cutoff that at least k of the n sanitized logits reach: the least of the maxima of 8g >= k
-/// columns (expert e in column e mod 8g), since each column holds its own max. It keeps about
-/// 2.5k of 128 normal logits. -inf (keep all) where the row is too short for such columns.
+/// A cutoff that at least k of the n sanitized logits reach, since each column holds its own
+/// max: the least of the maxima of 8g >= k columns (expert e in column e mod 8g), or for k <= 4
+/// the k-th largest of 8. It keeps about 2.5k of 128 normal logits. -inf (keep all) where the
+/// row is too short for such columns.
 template <class Isa>
 LYNX_HOST_INLINE float column_cut(Isa, const float* x, int n, int k) {
   const int g = (k + 7) / 8, cols = 8 * g, whole = n / cols * cols;
   if (n < 2 * cols) return -INFINITY;
+  if (k > 4) {
+    if constexpr (Isa::avx2) return avx2::column_min_max(x, whole, g);
+  }
+  float colmax[max_top_k];
+  std::fill(colmax, colmax + max_top_k, -INFINITY);
   if constexpr (Isa::avx2) {
-    return avx2::column_cut(x, whole, g);
+    avx2::column_max(x, whole, colmax);  // g = 1 here
   } else {
-    float colmax[max_top_k];
-    std::fill(colmax, colmax + max_top_k, -INFINITY);
     for (int e = 0; e < whole; ++e) {
       float& c = colmax[e % cols];
       c = x[e] > c ? x[e] : c;  // no NaN in x
     }
-    float cut = colmax[0];
-    for (int j = 1; j < cols; ++j) cut = colmax[j] < cut ? colmax[j] : cut;
-    return cut;
   }
+  if (k <= 4) {  // the k largest of the 8 maxima, descending (a short insertion)
+    float top[4] = {};
+    int have = 0;
+    for (int j = 0; j < cols; ++j) {
+      const float v = colmax[j];
+      if (have == k && !(v > top[k - 1])) continue;
+      int i = have < k ? have++ : k - 1;
+      for (; i > 0 && top[i - 1] < v; --i) top[i] = top[i - 1];
+      top[i] = v;
+    }
+    return top[k - 1];
+  }
+  float cut = colmax[0];
+  for (int j = 1; j < cols; ++j) cut = colmax[j] < cut ? colmax[j] : cut;
+  return cut;
 }
 
 /// The row's top-k logit keys (SPEC §4 order) without a data-dependent branch per expert.
 /// One pass over the row keeps the experts at or above column_cut (a vector compaction); while
 /// that keeps more than about k + 8, the kept list is narrowed by bisecting the cutoff toward
-/// the row's max m (each step a pass over the list alone); then each candidate's rank among them (by logit,
-/// then lower id) is its slot. With `ranked`, every candidate in key order goes there (the
-/// row's best keys) and the count is returned. A mask (masked_topk's) puts the experts whose
-/// mask is 0, which are at -inf in x, below every other key.
+/// the row's max m (each step a pass over the list alone); then each candidate's rank among
+/// them (by logit, then lower id) is its slot. With `ranked`, every candidate in key order goes
+/// there (the row's best keys) and the count is returned. A mask (masked_topk's) puts the
+/// experts whose mask is 0, which are at -inf in x, below every other key.
 template <class Isa>
 LYNX_HOST_INLINE int plain_topk(Isa isa, const float* x, const std::uint32_t* mask, int n, int k, float m,
                                 topk_scratch& s, std::uint64_t* best, std::uint64_t* ranked = nullptr) {

@@ -62,10 +62,10 @@ LYNX_HOST_AVX2 inline int keep_at_least(const float* x, const int* id, int c, fl
   return id ? keep_at_least<true>(x, id, c, cut, ox, oid) : keep_at_least<false>(x, id, c, cut, ox, oid);
 }
 
-/// The least of the column maxima of x[0, whole) in 8G columns (whole is a multiple of 8G).
-/// No NaN in x, so max_ps and min_ps are exact.
+/// The least of the column maxima of x[0, whole) in 8G columns (column e mod 8G; whole is a
+/// multiple of 8G). No NaN in x, so max_ps and min_ps are exact.
 template <int G>
-LYNX_HOST_AVX2 inline float column_cut(const float* x, int whole) {
+LYNX_HOST_AVX2 inline float column_min_max(const float* x, int whole) {
   __m256 acc[G];
   for (int a = 0; a < G; ++a) acc[a] = _mm256_loadu_ps(x + 8 * a);
   for (int e = 8 * G; e < whole; e += 8 * G)
@@ -77,13 +77,19 @@ LYNX_HOST_AVX2 inline float column_cut(const float* x, int whole) {
   h = _mm_min_ss(h, _mm_shuffle_ps(h, h, 1));
   return _mm_cvtss_f32(h);
 }
-LYNX_HOST_AVX2 inline float column_cut(const float* x, int whole, int g) {
+LYNX_HOST_AVX2 inline float column_min_max(const float* x, int whole, int g) {
   switch (g) {
-    case 1: return column_cut<1>(x, whole);
-    case 2: return column_cut<2>(x, whole);
-    case 3: return column_cut<3>(x, whole);
-    default: return column_cut<4>(x, whole);  // k <= max_top_k = 32
+    case 1: return column_min_max<1>(x, whole);
+    case 2: return column_min_max<2>(x, whole);
+    case 3: return column_min_max<3>(x, whole);
+    default: return column_min_max<4>(x, whole);  // k <= max_top_k = 32
   }
+}
+/// colmax[j] = the max of x[e] over e < whole with e mod 8 == j (whole is a multiple of 8).
+LYNX_HOST_AVX2 inline void column_max(const float* x, int whole, float* colmax) {
+  __m256 acc = _mm256_loadu_ps(x);
+  for (int e = 8; e < whole; e += 8) acc = _mm256_max_ps(acc, _mm256_loadu_ps(x + e));
+  _mm256_storeu_ps(colmax, acc);
 }
 
 /// Bit e of words[e / 64]: q[e] == want; returns how many.
@@ -138,7 +144,8 @@ namespace avx2 {  // never called without dispatch (isa_avx2 is never instantiat
 inline int keep_at_least(const float*, const int*, int, float, float*, int*) { return 0; }
 inline void rank_candidates(const std::int32_t*, int, int*) {}
 inline int match_bits(const std::int8_t*, int, std::int8_t, std::uint64_t*) { return 0; }
-inline float column_cut(const float*, int, int) { return 0.0f; }
+inline float column_min_max(const float*, int, int) { return 0.0f; }
+inline void column_max(const float*, int, float*) {}
 }  // namespace avx2
 }  // namespace detail
 }  // namespace host

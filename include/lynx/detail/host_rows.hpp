@@ -358,8 +358,7 @@ struct rank_order {
     for (int i = 1; i < n; ++i) first[i] = same(i, i - 1) ? first[i - 1] : i;
     for (int i = n - 2; i >= 0; --i) end[i] = same(i, i + 1) ? end[i + 1] : i + 1;
   }
-
- private:
+  /// Where a rank outside [0, n) goes.
   static int clamp(std::int32_t r, int n) { return r < 0 ? 0 : (r >= n ? n - 1 : r); }
 };
 
@@ -406,7 +405,7 @@ LYNX_HOST_INLINE void z_topk(Isa isa, const std::int8_t* q, const float* x, cons
     for (int w = 0; w < (n + 63) / 64; ++w)
       for (std::uint64_t b = words[w]; b; b &= b - 1) {
         const int e = w * 64 + lowest_set_bit(b);
-        const int r = ranks[e] < 0 ? 0 : (ranks[e] >= n ? n - 1 : ranks[e]);  // as rank_order clamps
+        const int r = rank_order::clamp(ranks[e], n);
         d::topk_push(best, need, (static_cast<std::uint64_t>(n - r) << 48) | key_of(x[e], e));
       }
     for (int j = 0; j < need; ++j) mark[d::key_expert(best[j])] = 1;

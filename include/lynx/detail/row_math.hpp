@@ -297,7 +297,7 @@ LYNX_HD void emit_row(const T* row, float m, const std::uint64_t* chosen, int k,
   int id[max_top_k];
   chosen_weights(row, m, chosen, k, s, renormalize, mass, w);
   // chosen is in logit order, so the weights usually are in order already (not always: two
-  // logits can round to one weight); then one branch-free check replaces the sort.
+  // logits can round to one weight); then one pass that checks it replaces the sort.
   bool in_order = true;
   for (int i = 0; i < k; ++i) id[i] = key_expert(chosen[i]);
   for (int i = 1; i < k; ++i) in_order &= w[i - 1] > w[i] || (w[i - 1] == w[i] && id[i - 1] < id[i]);

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include "detail/dispatch.hpp"
 #include "detail/kernels.cuh"
 #include "params.hpp"
 
@@ -17,7 +18,7 @@ cudaError_t affinity_bin(const T* logits, std::int64_t row_stride, int num_rows,
                          cudaStream_t stream = 0) {
   if (const status s = check(p, num_rows, row_stride, valid, {logits, bins}); s != status::success)
     return detail::to_cuda_error(s);
-  if (num_rows == 0 || (!valid.device_ptr && valid.value == 0)) return cudaSuccess;
+  if (!has_rows(num_rows, valid)) return cudaSuccess;
   detail::affinity_bin_kernel<T><<<detail::warp_row_blocks(num_rows), detail::warp_block_threads, 0, stream>>>(
       logits, row_stride, num_rows, valid, p.num_experts, p.alpha, detail::bin_depth(p.beta), bins);
   return cudaGetLastError();

@@ -133,14 +133,14 @@ LYNX_HOST_INLINE void remap_rows(Isa isa, const T* logits, std::int64_t row_stri
                plain_ids.data() + static_cast<std::size_t>(t) * k,
                ranked.data() + static_cast<std::size_t>(t) * max_ranked, num_ranked[t], n, k, K, fs, chosen);
     for (int i = 0; i < k; ++i) in_final[d::key_expert(chosen[i])] = 1;
-    d::emit_row(logits + t * row_stride, lr.m[t], chosen, k, p.score, p.renormalize, mass[t],
+    d::emit_row(logits + t * row_stride, chosen, k, p.score, p.renormalize, mass[t],
                 ids + static_cast<std::int64_t>(t) * k, weights + static_cast<std::int64_t>(t) * k);
   }
   const bool fallback = count_flags(in_final) > count_flags(in_plain);
   if (fallback)
     for (int t = 0; t < num_valid; ++t)
       if (votes[t])
-        d::emit_row(logits + t * row_stride, lr.m[t], plain.data() + static_cast<std::size_t>(t) * k,
+        d::emit_row(logits + t * row_stride, plain.data() + static_cast<std::size_t>(t) * k,
                     k, p.score, p.renormalize, mass[t], ids + static_cast<std::int64_t>(t) * k,
                     weights + static_cast<std::int64_t>(t) * k);
   write_pad_rows(fallback ? in_plain : in_final, votes, num_rows, p, ids, weights);
@@ -201,7 +201,7 @@ LYNX_HOST_INLINE void topk_route_body(Isa isa, const T* logits, std::int64_t row
     votes[t] = 1;
     plain_topk(isa, x.data(), nullptr, n, k, m, ts, best);
     for (int i = 0; i < k; ++i) in_plain[d::key_expert(best[i])] = 1;
-    d::emit_row(row, m, best, k, p.score, p.renormalize,
+    d::emit_row(row, best, k, p.score, p.renormalize,
                 original_mass(row, x.data(), n, m, best, k, p.score, p.renormalize),
                 ids + static_cast<std::int64_t>(t) * k, weights + static_cast<std::int64_t>(t) * k);
   }
@@ -225,12 +225,13 @@ status affinity_bin(const T* logits, std::int64_t row_stride, int num_rows, int 
 }
 
 /// SPEC §3.2. counts[j * N + e] (j < histogram_bins(p)) and the exact rank of every expert
-/// (0 = greatest H; equal histograms share a rank).
+/// (0 = greatest H; equal histograms share a rank). counts and ranks are per expert, so they
+/// are required and written even for zero rows (an empty batch's histogram: all zero).
 inline status score_experts(const std::int8_t* bins, int num_rows, const route_params& p,
                             std::int32_t* counts, std::int32_t* ranks) {
-  if (const status s = check(p, num_rows, p.num_experts, num_rows, {bins, counts, ranks});
-      s != status::success)
+  if (const status s = check(p, num_rows, p.num_experts, num_rows, {bins}); s != status::success)
     return s;
+  if (const status s = check_pointers({counts, ranks}); s != status::success) return s;
   detail::score_experts_body_dispatch(bins, num_rows, p, counts, ranks);
   return status::success;
 }

@@ -45,7 +45,8 @@ struct route_params {
   float budget_mass = 0.0f;
   /// Optional per-row mask (host memory for lynx::host, device memory for the launchers):
   /// nonzero rows (prefill or chunked-prefill tokens) keep their plain top-k; their experts
-  /// join K, so the other tokens may use them.
+  /// join K, so the other tokens may use them. A budget limit counts them, and when they alone
+  /// exceed it, K is just them.
   const std::uint8_t* pinned = nullptr;
 };
 
@@ -121,19 +122,35 @@ inline status check(const route_params& p) {
   return status::success;
 }
 
-/// Checks one call: parameters, shapes, and that the pointers it needs are there.
-/// A host token count must lie in [0, num_rows]; a device one is clamped to it in the kernels.
-inline status check(const route_params& p, int num_rows, std::int64_t row_stride, token_count valid,
-                    std::initializer_list<const void*> required) {
+/// Whether a call has rows to route: a device-side count may be anything, so it has.
+inline bool has_rows(int num_rows, token_count valid) {
+  return num_rows > 0 && (valid.device_ptr || valid.value > 0);
+}
+
+/// Checks one call's parameters and shapes, without looking at any data pointer: what a
+/// workspace size query needs (CUB's rule). A host token count must lie in [0, num_rows]; a
+/// device one is clamped to it in the kernels.
+inline status check(const route_params& p, int num_rows, std::int64_t row_stride, token_count valid) {
   if (const status s = check(p); s != status::success) return s;
   if (num_rows < 0) return status::invalid_num_rows;
   if (row_stride < p.num_experts) return status::invalid_row_stride;
-  if (!valid.device_ptr && (valid.value < 0 || valid.value > num_rows))
-    return status::invalid_token_count;
-  if (num_rows == 0 || (!valid.device_ptr && valid.value == 0)) return status::success;
+  if (!valid.device_ptr && (valid.value < 0 || valid.value > num_rows)) return status::invalid_token_count;
+  return status::success;
+}
+
+/// null_pointer if any of the pointers is null.
+inline status check_pointers(std::initializer_list<const void*> required) {
   for (const void* ptr : required)
     if (!ptr) return status::null_pointer;
   return status::success;
+}
+
+/// Checks one call: parameters and shapes, then the per-row pointers it reads or writes,
+/// which are required only when it has rows to route (has_rows).
+inline status check(const route_params& p, int num_rows, std::int64_t row_stride, token_count valid,
+                    std::initializer_list<const void*> row_pointers) {
+  if (const status s = check(p, num_rows, row_stride, valid); s != status::success) return s;
+  return has_rows(num_rows, valid) ? check_pointers(row_pointers) : status::success;
 }
 
 /// Histogram digits per expert for these parameters (bins 0 .. -depth).

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "affinity_bin.cuh"
+#include "detail/dispatch.hpp"
 #include "detail/workspace.hpp"
 #include "remap_topk.cuh"
 #include "score_experts.cuh"
@@ -12,38 +13,40 @@ namespace lynx {
 
 /// Routes rows [0, num_rows) of logits (row-major, row_stride >= N; float, __half or
 /// __nv_bfloat16) to k experts each, writing ids [num_rows x k] (int32_t or int64_t) and fp32
-/// weights [num_rows x k]. Rows >= valid are padding (SPEC §5). CUB-style: call with
-/// workspace == nullptr to get workspace_bytes; no allocation, no synchronization,
-/// graph-capturable, deterministic. Returns cudaErrorInvalidValue (nothing written) when
-/// lynx::check rejects the arguments. Up to 512 rows and 512 experts the whole step is one
-/// kernel launch (one block); larger calls run the stages' kernels in turn.
+/// weights [num_rows x k]. Rows >= valid are padding (SPEC §5).
+///
+/// CUB-style: with workspace == nullptr only workspace_bytes is computed; the data pointers are
+/// not looked at (they may be null), but the parameters and shapes are checked. No allocation,
+/// no synchronization, graph-capturable, deterministic. Returns cudaErrorInvalidValue (nothing
+/// written) when lynx::check rejects the arguments or workspace_bytes is too small. Up to 512
+/// rows and 512 experts the whole step is one kernel launch (one block); larger calls run the
+/// stages' kernels in turn.
 template <class T, class IdT>
 cudaError_t route(void* workspace, std::size_t& workspace_bytes, const T* logits,
                   std::int64_t row_stride, int num_rows, token_count valid, const route_params& p,
                   IdT* ids, float* weights, cudaStream_t stream = 0) {
-  if (const status s = check(p, num_rows, row_stride, valid, {logits, ids, weights});
-      s != status::success)
+  if (const status s = check(p, num_rows, row_stride, valid); s != status::success)
     return detail::to_cuda_error(s);
-  detail::workspace_carver carver{static_cast<char*>(workspace)};
+  detail::workspace_carver carver(workspace);
   const bool lynx_policy = p.kind == policy::lynx;
   const detail::route_workspace ws(carver, num_rows, p.num_experts, p.top_k, lynx_policy,
                                    p.kind == policy::budget);
   if (!workspace) {
-    workspace_bytes = carver.used;
+    workspace_bytes = carver.required_bytes();
     return cudaSuccess;
   }
-  if (workspace_bytes < carver.used) return cudaErrorInvalidValue;
-  if (num_rows == 0 || (!valid.device_ptr && valid.value == 0)) return cudaSuccess;
-  if (num_rows <= detail::fused_max_rows && p.num_experts <= detail::fused_max_experts) {
+  if (!carver.fits(workspace_bytes)) return cudaErrorInvalidValue;
+  if (!has_rows(num_rows, valid)) return cudaSuccess;
+  if (const status s = check_pointers({logits, ids, weights}); s != status::success)
+    return detail::to_cuda_error(s);
+  if (detail::choose_route_path(num_rows, p.num_experts) == detail::route_path::fused) {
     // Decode sizes: the whole step in one launch (one block; no host sync, no allocation).
-    const auto launch = [&](auto max_n) {
+    return detail::dispatch_expert_tier<detail::fused_max_experts>(p.num_experts, [&](auto max_n) {
       constexpr int MaxN = decltype(max_n)::value;
       detail::fused_route_kernel<T, IdT, MaxN><<<1, detail::fused_threads, 0, stream>>>(
           logits, row_stride, num_rows, valid, p, ws.bins, ws.remap.share, ws.remap.top, ids, weights);
       return cudaGetLastError();
-    };
-    return p.num_experts <= 128 ? launch(std::integral_constant<int, 128>{})
-                                : launch(std::integral_constant<int, detail::fused_max_experts>{});
+    });
   }
   if (lynx_policy) {  // the other policies need no bins or scores
     if (cudaError_t e = affinity_bin(logits, row_stride, num_rows, valid, p, ws.bins, stream);

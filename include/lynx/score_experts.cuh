@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include "detail/dispatch.hpp"
 #include "detail/kernels.cuh"
 #include "params.hpp"
 
@@ -11,11 +12,13 @@ namespace lynx {
 /// From bins [num_rows x N] (affinity_bin's output), writes counts[j * N + e] =
 /// #{voting t : q[t,e] = -j} for j < histogram_bins(p), and ranks[e] = the number of experts
 /// whose histogram is lexicographically greater (SPEC §3.2: exact, order-independent).
+/// counts and ranks are per expert: required and written even for zero rows (all zero).
 inline cudaError_t score_experts(const std::int8_t* bins, int num_rows, const route_params& p,
                                  std::int32_t* counts, std::int32_t* ranks,
                                  cudaStream_t stream = 0) {
-  if (const status s = check(p, num_rows, p.num_experts, num_rows, {bins, counts, ranks});
-      s != status::success)
+  if (const status s = check(p, num_rows, p.num_experts, num_rows, {bins}); s != status::success)
+    return detail::to_cuda_error(s);
+  if (const status s = check_pointers({counts, ranks}); s != status::success)
     return detail::to_cuda_error(s);
   const int n = p.num_experts, nbins = histogram_bins(p);
   constexpr int threads = 128, items = 4;

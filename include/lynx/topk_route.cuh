@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include "detail/dispatch.hpp"
 #include "detail/kernels.cuh"
 #include "detail/workspace.hpp"
 #include "params.hpp"
@@ -10,28 +11,30 @@
 namespace lynx {
 
 /// Plain top-k with the model's weighting (softmax -> top-k -> optional renormalize; sigmoid
-/// -> top-k). alpha and beta are ignored. Same conventions as lynx::route.
+/// -> top-k). alpha and beta are ignored. Same conventions as lynx::route, workspace query
+/// included (null workspace: only the size, no data pointer looked at).
 template <class T, class IdT>
 cudaError_t topk_route(void* workspace, std::size_t& workspace_bytes, const T* logits,
                        std::int64_t row_stride, int num_rows, token_count valid,
                        const route_params& p, IdT* ids, float* weights, cudaStream_t stream = 0) {
-  if (const status s = check(p, num_rows, row_stride, valid, {logits, ids, weights});
-      s != status::success)
+  if (const status s = check(p, num_rows, row_stride, valid); s != status::success)
     return detail::to_cuda_error(s);
-  detail::workspace_carver carver{static_cast<char*>(workspace)};
-  std::uint32_t* in_plain = carver.take<std::uint32_t>(p.num_experts);
-  std::uint8_t* votes = carver.take<std::uint8_t>(num_rows);
+  detail::workspace_carver carver(workspace);
+  const detail::topk_workspace ws(carver, num_rows, p.num_experts);
   if (!workspace) {
-    workspace_bytes = carver.used;
+    workspace_bytes = carver.required_bytes();
     return cudaSuccess;
   }
-  if (workspace_bytes < carver.used) return cudaErrorInvalidValue;
-  if (num_rows == 0 || (!valid.device_ptr && valid.value == 0)) return cudaSuccess;
+  if (!carver.fits(workspace_bytes)) return cudaErrorInvalidValue;
+  if (!has_rows(num_rows, valid)) return cudaSuccess;
+  if (const status s = check_pointers({logits, ids, weights}); s != status::success)
+    return detail::to_cuda_error(s);
   const int n = p.num_experts, blocks = detail::warp_row_blocks(num_rows);
-  if (const cudaError_t e = cudaMemsetAsync(in_plain, 0, sizeof(std::uint32_t) * n, stream); e != cudaSuccess) return e;
+  if (const cudaError_t e = cudaMemsetAsync(ws.in_plain, 0, sizeof(std::uint32_t) * n, stream); e != cudaSuccess)
+    return e;
   // Only the plain flags and votes are used; the final set is the plain one (no fallback).
-  const detail::batch_state st{nullptr, in_plain, in_plain, nullptr, votes, nullptr};
-  return detail::dispatch_experts(n, [&](auto max_n) {
+  const detail::batch_state st{nullptr, ws.in_plain, ws.in_plain, nullptr, ws.votes, nullptr};
+  return detail::dispatch_expert_tier(n, [&](auto max_n) {
     constexpr int MaxN = decltype(max_n)::value;
     detail::plain_kernel<T, IdT, MaxN><<<blocks, detail::warp_block_threads, 0, stream>>>(
         logits, row_stride, num_rows, valid, p, st, ids, weights);

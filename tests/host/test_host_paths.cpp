@@ -130,7 +130,7 @@ routed remap_by_definition(const std::vector<float>& l, int rows, const std::vec
   for (int t = 0; t < rows; ++t) {
     const float* row = l.data() + static_cast<std::size_t>(t) * n;
     const std::uint64_t* c = (fallback ? plain.data() : chosen.data()) + static_cast<std::size_t>(t) * k;
-    d::emit_row(row, m[t], c, k, p.score, true, 1.0f, r.ids.data() + static_cast<std::size_t>(t) * k,
+    d::emit_row(row, c, k, p.score, true, 1.0f, r.ids.data() + static_cast<std::size_t>(t) * k,
                 w.data() + static_cast<std::size_t>(t) * k);
   }
   r.weight_bits.resize(w.size());
@@ -215,8 +215,9 @@ TEST(HostPaths, Avx2AndPortableCodeAgreeBitwise) {
 TEST(HostPaths, ExpIsMonotoneAcrossReductionSteps) {
   // budget_greedy takes each token's best shares inside K0 as the shares of its best logits;
   // that needs exp_f32 monotone. Checked over every float once (2.2e9 of them, offline); here
-  // every float around each step of the range reduction, where a polynomial would break it.
-  for (int n = -126; n <= 127; ++n) {
+  // every float around each step of the range reduction, where a polynomial would break it,
+  // the subnormal steps (n < -126) included.
+  for (int n = -150; n <= 127; ++n) {
     const float edge = (static_cast<float>(n) - 0.5f) * 0.693147180559945f;
     float x = edge;
     for (int i = 0; i < 2000; ++i) x = std::nextafter(x, -inf);

@@ -18,8 +18,20 @@ TEST(RowMath, ExpIsAccurateEverywhereItIsUsed) {
   EXPECT_LT(worst, 2.4e-7);  // about 2 ulp; the weights' budget is 2e-6
   EXPECT_EQ(lynx::detail::exp_f32(0.0f), 1.0f);
   EXPECT_EQ(lynx::detail::exp_f32(-INFINITY), 0.0f);
-  EXPECT_EQ(lynx::detail::exp_f32(-100.0f), 0.0f);
   EXPECT_EQ(lynx::detail::exp_f32(100.0f), INFINITY);
+}
+
+TEST(RowMath, ExpRoundsIntoTheSubnormals) {
+  // Below FLT_MIN the result is the nearest subnormal (spacing 2^-149), not 0, so that weight
+  // ratios down to 2^-149 survive (SPEC §3.3 step 4); below 2^-150 it is 0.
+  for (float x = -103.9f; x < -87.4f; x += 0.0371f) {
+    const double want = std::exp(static_cast<double>(x)), got = lynx::detail::exp_f32(x);
+    ASSERT_GT(got, 0.0) << x;
+    ASSERT_LE(std::fabs(got - want), 2.4e-7 * want + std::ldexp(1.0, -150)) << x;
+  }
+  EXPECT_EQ(lynx::detail::exp_f32(-104.0f), 0.0f);
+  EXPECT_EQ(lynx::detail::exp_f32(-1000.0f), 0.0f);
+  EXPECT_NEAR(lynx::detail::exp_f32(-100.0f), std::exp(-100.0), std::ldexp(1.0, -149));
 }
 
 TEST(RowMath, KeysOrderByValueThenLowerId) {

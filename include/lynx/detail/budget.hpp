@@ -14,9 +14,10 @@
 namespace lynx {
 namespace detail {
 
-/// The router's (unnormalised) preference for an expert: exp(l - m) or sigmoid(l).
+/// The router's preference for an expert, up to a per-row factor: exp(l - m), or sigmoid(l)
+/// scaled the same way (scaled_sigmoid), so that shares of tiny sigmoids do not underflow.
 LYNX_HD float activation(float l, float m, scoring s) {
-  return s == scoring::sigmoid ? sigmoid(l) : exp_f32(l - m);
+  return s == scoring::sigmoid ? scaled_sigmoid(l, m) : exp_f32(l - m);
 }
 
 /// A token's share of expert e: activation / the sum of activations over its plain top-k.
@@ -57,6 +58,22 @@ LYNX_HD int budget_limit(int budget_experts, float budget_fraction, int plain_un
   if (budget_fraction > 0.0f)
     limit = static_cast<int>(budget_fraction * static_cast<float>(plain_unique) + 0.5f);
   return limit < k ? k : (limit > n ? n : limit);
+}
+
+/// K's fill when the greedy's gains vanish while K holds fewer than k experts (every share left
+/// underflows): each voting row's plain top-k in turn, in rank order, until K holds k. Then
+/// every row finds its k experts inside K (so a count limit holds), and a single token keeps
+/// its plain top-k. This adds one row's experts (`plain`, k keys) and returns K's new size.
+template <class Flag>
+LYNX_HD int fill_from_plain(const std::uint64_t* plain, int k, Flag* in_active, int size) {
+  for (int r = 0; r < k && size < k; ++r) {
+    const int e = key_expert(plain[r]);
+    if (!in_active[e]) {
+      in_active[e] = 1;
+      ++size;
+    }
+  }
+  return size;
 }
 
 /// A greedy candidate's packed key: larger gain first, then the lower id.

@@ -221,19 +221,26 @@ LYNX_HOST_INLINE int plain_topk(Isa isa, const float* x, const std::uint32_t* ma
       for (int i = 0; i < k; ++i) ranked[i] = best[i];
     return k;
   }
-  // Signed compares of the order-preserving bits; padding sorts below every logit.
+  // Signed compares of the order-preserving bits, plus one: padding (INT32_MIN) sorts below
+  // every candidate. A masked expert can be a candidate only when the cutoff is -inf (it is
+  // at -inf in x); its bits are 0 here, as in plain_topk_scan, below every logit's, so that
+  // members of the mask at -inf still outrank it.
+  std::uint32_t bits[max_candidates];
   std::int32_t v[max_candidates + 8];
   int rank[max_candidates];
-  for (int i = 0; i < c; ++i) v[i] = static_cast<std::int32_t>(d::ordered_bits(cx[i]) ^ 0x80000000u);
+  for (int i = 0; i < c; ++i) bits[i] = d::ordered_bits(cx[i]);
+  if (mask)
+    for (int i = 0; i < c; ++i) bits[i] &= mask[cid[i]];
+  for (int i = 0; i < c; ++i) v[i] = static_cast<std::int32_t>(bits[i] ^ 0x80000000u) + 1;
   for (int i = 0; i < 8; ++i) v[c + i] = INT32_MIN;
   rank_candidates(isa, v, c, rank);
   if (ranked) {  // every candidate in key order: the row's best keys above the cutoff
-    for (int i = 0; i < c; ++i) ranked[rank[i]] = key_of(cx[i], cid[i]);
+    for (int i = 0; i < c; ++i) ranked[rank[i]] = key_of(bits[i], cid[i]);
     for (int i = 0; i < k; ++i) best[i] = ranked[i];
     return c;
   }
   std::uint64_t slot[max_top_k + 1];
-  for (int i = 0; i < c; ++i) slot[rank[i] < k ? rank[i] : k] = key_of(cx[i], cid[i]);
+  for (int i = 0; i < c; ++i) slot[rank[i] < k ? rank[i] : k] = key_of(bits[i], cid[i]);
   for (int i = 0; i < k; ++i) best[i] = slot[i];
   return c;
 }
@@ -507,7 +514,8 @@ LYNX_HOST_INLINE void final_topk(Isa isa, const float* x, float m, const std::ui
 /// K starts as K0 = the pinned experts, plus the anchors when all of them fit in the limit (the
 /// greedy would take every anchor first anyway), inserted at once; the batch's mass is then
 /// summed token by token. Then the best marginal gain, anchors first when they did not fit,
-/// until the limit, the target mass, or no gain is left. The kernel evaluates every gain at
+/// until the limit, the target mass, or no gain is left; below k experts, the target does not
+/// stop it, and vanished gains leave the rest to fill_from_plain. The kernel evaluates every gain at
 /// every step; here stale gains serve as upper bounds (lazy greedy). Each term of a gain only
 /// shrinks as K grows and fp32 addition is monotone, so a stale sum bounds the fresh one even
 /// in floating point, and the steps, the ties (lower id) and the sums are the kernel's exactly.
@@ -533,7 +541,7 @@ LYNX_HOST_INLINE void budget_greedy(Isa isa, const float* x, const float* row_m,
     float* s = share.data() + static_cast<std::size_t>(i) * n;
     const float mt = row_m[t];
     if (p.score == scoring::sigmoid)  // d::activation, one loop per scoring so that it vectorizes
-      for (int e = 0; e < n; ++e) s[e] = d::sigmoid(xt[e]) / sum;
+      for (int e = 0; e < n; ++e) s[e] = d::scaled_sigmoid(xt[e], mt) / sum;
     else
       for (int e = 0; e < n; ++e) s[e] = d::exp_f32(xt[e] - mt) / sum;
   }
@@ -597,7 +605,9 @@ LYNX_HOST_INLINE void budget_greedy(Isa isa, const float* x, const float* row_m,
     for (int e = 0; e < n; ++e)
       if (!in_active[e] && (phase == 1 || anchors[e])) heap.push_back(d::gain_key(bound[e], e));
     std::make_heap(heap.begin(), heap.end());
-    while (size < limit && (phase == 0 || !(p.budget_mass > 0.0f) || total < target)) {
+    // To the limit, or in mass mode to the target, but not below k experts: with fewer, every
+    // token would fill its top-k from outside K, and a count limit would break.
+    while (size < limit && (phase == 0 || size < k || !(p.budget_mass > 0.0f) || total < target)) {
       int pick = -1;
       while (!heap.empty()) {
         std::pop_heap(heap.begin(), heap.end());
@@ -619,6 +629,8 @@ LYNX_HOST_INLINE void budget_greedy(Isa isa, const float* x, const float* row_m,
       insert(pick);
     }
   }
+  for (int i = 0; i < v && size < k; ++i)
+    size = d::fill_from_plain(plain + static_cast<std::size_t>(voters[i]) * k, k, in_active, size);
 }
 
 }  // namespace detail

@@ -19,16 +19,13 @@
 
 #include "../params.hpp"
 #include "budget.hpp"
+#include "dispatch.hpp"
 #include "histogram_rank.hpp"
 #include "row_math.hpp"
 
 namespace lynx {
 namespace detail {
 
-inline constexpr int warp_block_threads = 256;  // 8 rows per block in the per-stage kernels
-inline constexpr int fused_threads = 1024;
-inline constexpr int fused_max_rows = 512;      // the fused path's limits (issue: decode sizes)
-inline constexpr int fused_max_experts = 512;
 inline constexpr unsigned full_mask = 0xffffffffu;
 
 __device__ __forceinline__ int resolve_valid(token_count valid, int num_rows) {
@@ -191,7 +188,7 @@ __device__ void final_row(const T* row, int t, int lane, const route_params& p, 
   warp_topk(keys, k, best);
   if (lane < k) set_flag(st.in_final, key_expert(best[lane]));
   if (lane == 0)
-    emit_row(row, m, best, k, p.score, p.renormalize, st.row_mass[t], ids + static_cast<std::int64_t>(t) * k,
+    emit_row(row, best, k, p.score, p.renormalize, st.row_mass[t], ids + static_cast<std::int64_t>(t) * k,
              weights + static_cast<std::int64_t>(t) * k);
 }
 
@@ -209,7 +206,7 @@ __device__ void plain_row(const T* row, int t, int lane, bool valid_row, const r
   if (lane < k) set_flag(st.in_plain, key_expert(best[lane]));
   const float mass = warp_original_mass(row, n, m, lane, best, p);
   if (lane == 0)
-    emit_row(row, m, best, k, p.score, p.renormalize, mass, ids + static_cast<std::int64_t>(t) * k,
+    emit_row(row, best, k, p.score, p.renormalize, mass, ids + static_cast<std::int64_t>(t) * k,
              weights + static_cast<std::int64_t>(t) * k);
 }
 
@@ -246,7 +243,7 @@ __device__ void finish_row(const T* row, int t, int lane, const route_params& p,
     std::uint64_t keys[MaxN / 32], best[max_top_k];
     const float m = warp_row_keys<MaxN>(row, p.num_experts, lane, keys);
     warp_topk(keys, k, best);
-    if (lane == 0) emit_row(row, m, best, k, p.score, p.renormalize, st.row_mass[t], row_ids, row_weights);
+    if (lane == 0) emit_row(row, best, k, p.score, p.renormalize, st.row_mass[t], row_ids, row_weights);
   }
 }
 
@@ -340,7 +337,8 @@ __device__ void budget_block(const T* logits, std::int64_t row_stride, int num_r
       }
       const std::uint64_t best = reduce_t(temp).Reduce(key, max_op{});
       if (threadIdx.x == 0) {
-        const bool mass_reached = phase == 1 && p.budget_mass > 0.0f && !(total < target);
+        // As the host's greedy: never stop below k experts (rows would fill from outside K).
+        const bool mass_reached = phase == 1 && size >= k && p.budget_mass > 0.0f && !(total < target);
         best_s = (size >= limit || mass_reached) ? 0 : best;
       }
       __syncthreads();
@@ -357,6 +355,13 @@ __device__ void budget_block(const T* logits, std::int64_t row_stride, int num_r
       ++size;
       add(c);
     }
+  if (threadIdx.x == 0 && size < k)  // the gains vanished below k experts (underflow): rare
+    for (int t = 0; t < num_rows && size < k; ++t)
+      if (st.votes[t]) {
+        std::uint64_t plain[max_top_k];
+        plain_topk(logits + t * row_stride, n, k, plain);
+        size = fill_from_plain(plain, k, st.in_active, size);
+      }
   __syncthreads();
 }
 
@@ -521,23 +526,6 @@ __global__ void __launch_bounds__(fused_threads)
   for (int t = warp; t < num_rows; t += warps)
     finish_row<MaxN>(logits + t * row_stride, t, lane, p, st, fallback_s, pad_s, ids, weights);
 }
-
-// ---------------------------------------------------------------------------------------
-
-/// Runtime N -> compile-time bound (the registers per lane hold MaxN/32 keys): one dispatch point.
-template <class F>
-cudaError_t dispatch_experts(int n, F&& f) {
-  if (n <= 128) return f(std::integral_constant<int, 128>{});
-  if (n <= 512) return f(std::integral_constant<int, 512>{});
-  return f(std::integral_constant<int, max_experts>{});
-}
-
-inline int warp_row_blocks(int num_rows) {
-  constexpr int rows_per_block = warp_block_threads / 32;
-  return (num_rows + rows_per_block - 1) / rows_per_block;
-}
-
-inline cudaError_t to_cuda_error(status s) { return s == status::success ? cudaSuccess : cudaErrorInvalidValue; }
 
 }  // namespace detail
 }  // namespace lynx

@@ -91,10 +91,12 @@ LYNX_HD float load_logit(const T* row, int e) {
 /// exp for the weights, bitwise the same on host and device: Cody-Waite reduction and the
 /// Cephes expf polynomial, written with explicit fma and scaled by exponent arithmetic, so no
 /// compiler can contract it differently on either side (nvcc --fmad, gcc -ffp-contract).
-/// Relative error below 2.4e-7; results below FLT_MIN flush to 0. Out-of-range inputs are
-/// clamped and their results selected at the end, with no branch, so a loop of exps vectorizes.
+/// Relative error below 2.4e-7 down to FLT_MIN; below it the result is the correctly rounded
+/// subnormal of that value (so ratios of weights down to 2^-149 survive, SPEC §3.3 step 4), and
+/// 0 below 2^-150. Out-of-range inputs are clamped and their results selected at the end, with
+/// no branch, so a loop of exps vectorizes.
 LYNX_HD float exp_f32(float x) {
-  constexpr float lo = -87.33654f, hi = 88.72283f;
+  constexpr float lo = -103.972077f, hi = 88.72283f;  // ln 2^-150, ln FLT_MAX
   float xc = select_f32(x > lo, x, lo);  // also -inf and NaN (NaN never reaches here)
   xc = select_f32(xc < hi, xc, hi);
   const float n = rintf(xc * 1.44269504088896341f);
@@ -107,8 +109,14 @@ LYNX_HD float exp_f32(float x) {
   p = fma_f32(p, r, 1.6666665459e-1f);
   p = fma_f32(p, r, 5.0000001201e-1f);
   const float y = fma_f32(p, r * r, r) + 1.0f;
-  const float v = bits_float(float_bits(y) + (static_cast<std::uint32_t>(static_cast<int>(n)) << 23));
-  return select_f32(x > hi, INFINITY, select_f32(x > lo, v, 0.0f));
+  // y * 2^n by exponent arithmetic while that stays normal; below 2^-125, y * 2^(n+64) (exact)
+  // times 2^-64, one rounding into the subnormals (an explicit fma, so nothing contracts it).
+  const int ni = static_cast<int>(n);
+  const bool tiny = ni < -125;
+  const int shift = tiny ? ni + 64 : ni;
+  const float v = bits_float(float_bits(y) + (static_cast<std::uint32_t>(shift) << 23));
+  const float scaled = fma_f32(v, select_f32(tiny, 5.42101086e-20f /* 2^-64 */, 1.0f), 0.0f);
+  return select_f32(x > hi, INFINITY, select_f32(x > lo, scaled, 0.0f));
 }
 
 LYNX_HD float sigmoid(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
@@ -254,21 +262,44 @@ LYNX_HD float original_mass(const T* row, int n, float m, const std::uint64_t* t
   return topk_mass(row, m, topk, k, s, s == scoring::sigmoid ? 0.0f : row_exp_sum(row, n, m));
 }
 
+/// sigmoid(l) / exp(min(ref, 0)), for l <= ref: the ratios of sigmoids without their
+/// underflow (sigmoid(l) = exp(min(l, 0)) / (1 + exp(-|l|)), and the second factor lies in
+/// [1/2, 1]). Equal l and ref (-inf included) give the unscaled factor.
+LYNX_HD float scaled_sigmoid(float l, float ref) {
+  const float lo = select_f32(l < 0.0f, l, 0.0f), ro = select_f32(ref < 0.0f, ref, 0.0f);
+  const float a = select_f32(l < 0.0f, -l, l);
+  return exp_f32(select_f32(lo == ro, 0.0f, lo - ro)) / (1.0f + exp_f32(-a));
+}
+
 /// Weights of the chosen experts (SPEC §3.3 step 4), given in key order (logit descending,
-/// id ascending), which is also the output order. The sums run in that order on host and
-/// device alike. A chosen set whose terms all underflow gets weight 0, never NaN.
+/// id ascending, within and then outside K), which is usually also the output order. Ratios
+/// are taken relative to the largest chosen logit, not the row's max, so that chosen experts
+/// far below the row's max (or below zero, for sigmoid) keep their weights: with renormalize
+/// they sum to 1 for every voting row. Chosen logits that are all -inf count as equal. The sum
+/// runs in key order on host and device alike.
 template <class T>
-LYNX_HD void chosen_weights(const T* row, float m, const std::uint64_t* chosen, int k, scoring s,
+LYNX_HD void chosen_weights(const T* row, const std::uint64_t* chosen, int k, scoring s,
                             bool renormalize, float mass, float* w) {
-  for (int i = 0; i < k; ++i) w[i] = load_logit(row, key_expert(chosen[i]));
+  float top = -INFINITY;
+  for (int i = 0; i < k; ++i) {
+    w[i] = load_logit(row, key_expert(chosen[i]));
+    top = w[i] > top ? w[i] : top;
+  }
   if (s == scoring::sigmoid)  // one loop per scoring, so that the host vectorizes it
-    for (int i = 0; i < k; ++i) w[i] = sigmoid(w[i]);
+    for (int i = 0; i < k; ++i) w[i] = scaled_sigmoid(w[i], top);
   else
-    for (int i = 0; i < k; ++i) w[i] = exp_f32(w[i] - m);
-  float denom = 0.0f;
-  for (int i = 0; i < k; ++i) denom += w[i];
+    for (int i = 0; i < k; ++i) w[i] = exp_f32(select_f32(w[i] == top, 0.0f, w[i] - top));
+  // Neumaier's compensated sum (terms >= 0): the denominator within about one rounding, so
+  // renormalized weights sum to 1 within 1e-6 at any k, where a plain sum of 32 terms may not.
+  float denom = 0.0f, lost = 0.0f;
+  for (int i = 0; i < k; ++i) {
+    const float t = denom + w[i];
+    lost += denom >= w[i] ? (denom - t) + w[i] : (w[i] - t) + denom;
+    denom = t;
+  }
+  denom += lost;
   const float scale = renormalize ? 1.0f : mass;
-  for (int i = 0; i < k; ++i) w[i] = denom > 0.0f ? w[i] / denom * scale : 0.0f;
+  for (int i = 0; i < k; ++i) w[i] = w[i] / denom * scale;  // denom >= exp(0) or 1/2
 }
 
 /// SPEC §5: the ids a non-voting row gets: the k lowest ids of the set the batch loads,
@@ -291,11 +322,11 @@ namespace detail {
 /// Writes one routed row in SPEC §3.3's order: descending weight, then ascending id. The
 /// weights are bitwise the same on host and device (exp_f32), so the order is too.
 template <class T, class IdT>
-LYNX_HD void emit_row(const T* row, float m, const std::uint64_t* chosen, int k, scoring s,
-                      bool renormalize, float mass, IdT* ids, float* weights) {
+LYNX_HD void emit_row(const T* row, const std::uint64_t* chosen, int k, scoring s, bool renormalize,
+                      float mass, IdT* ids, float* weights) {
   float w[max_top_k];
   int id[max_top_k];
-  chosen_weights(row, m, chosen, k, s, renormalize, mass, w);
+  chosen_weights(row, chosen, k, s, renormalize, mass, w);
   // chosen is in logit order, so the weights usually are in order already (not always: two
   // logits can round to one weight); then one pass that checks it replaces the sort.
   bool in_order = true;

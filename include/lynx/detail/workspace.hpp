@@ -15,16 +15,30 @@ inline std::size_t align_up(std::size_t x) {
   return (x + workspace_alignment - 1) / workspace_alignment * workspace_alignment;
 }
 
-/// Bump allocator over a caller-owned buffer; with a null base it only measures.
+/// Bump allocator over a caller-owned buffer; with a null buffer it only measures. As CUB
+/// does, it aligns the buffer's start itself, so any pointer works, and the size it reports
+/// includes the slack for that.
 struct workspace_carver {
-  char* base;
-  std::size_t used = 0;
+  char* base;             // the caller's buffer aligned up (null: measuring)
+  std::size_t skip = 0;   // bytes from the caller's pointer to base
+  std::size_t used = 0;   // bytes taken from base
+  explicit workspace_carver(void* workspace)
+      : base(static_cast<char*>(workspace)),
+        skip(workspace ? align_up(reinterpret_cast<std::uintptr_t>(workspace)) -
+                             reinterpret_cast<std::uintptr_t>(workspace)
+                       : 0) {
+    if (base) base += skip;
+  }
   template <class T>
   T* take(std::size_t count) {
     T* p = base ? reinterpret_cast<T*>(base + used) : nullptr;
     used += align_up(count * sizeof(T));
     return p;
   }
+  /// What a size query reports: enough for every region from any starting address.
+  std::size_t required_bytes() const { return used + workspace_alignment - 1; }
+  /// Whether a buffer of `bytes` at the caller's pointer holds every region.
+  bool fits(std::size_t bytes) const { return bytes >= skip + used; }
 };
 
 /// remap_topk's scratch: per-expert flags (active, plain, final, anchor; uint32 for atomicOr),
@@ -48,6 +62,14 @@ struct remap_workspace {
   std::uint32_t* in_plain() const { return flags + n; }
   std::uint32_t* in_final() const { return flags + 2 * n; }
   std::uint32_t* anchors() const { return flags + 3 * n; }
+};
+
+/// topk_route's scratch: the plain flags and the votes (it only pads).
+struct topk_workspace {
+  std::uint32_t* in_plain;  // n, zeroed by the launcher before use
+  std::uint8_t* votes;      // num_rows
+  topk_workspace(workspace_carver& c, int num_rows, int n)
+      : in_plain(c.take<std::uint32_t>(n)), votes(c.take<std::uint8_t>(num_rows)) {}
 };
 
 /// route's scratch: the stage outputs, then remap_topk's scratch. The fused path uses only

@@ -1,0 +1,227 @@
+// SPEC §3.3 step 4 and §5 on the inputs that broke them: each fuzzer finding of the issue
+// "The device path executed" (F1-F4) as its minimal reproduction, plus the invariants behind it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <set>
+#include <vector>
+
+#include <lynx/host.hpp>
+#include <lynx/measures.hpp>
+
+#include "../support/params.hpp"
+#include "../support/reference.hpp"
+
+namespace {
+
+constexpr float inf = std::numeric_limits<float>::infinity();
+using lynx_test::params;
+
+struct routed {
+  std::vector<int> ids;
+  std::vector<float> w;
+};
+
+routed route(const std::vector<float>& L, int rows, const lynx::route_params& p) {
+  routed r{std::vector<int>(static_cast<std::size_t>(rows) * p.top_k, -7),
+           std::vector<float>(static_cast<std::size_t>(rows) * p.top_k, -7.0f)};
+  EXPECT_EQ(lynx::host::route(L.data(), p.num_experts, rows, rows, p, r.ids.data(), r.w.data()),
+            lynx::status::success);
+  return r;
+}
+
+routed topk(const std::vector<float>& L, int rows, const lynx::route_params& p) {
+  routed r{std::vector<int>(static_cast<std::size_t>(rows) * p.top_k, -7),
+           std::vector<float>(static_cast<std::size_t>(rows) * p.top_k, -7.0f)};
+  EXPECT_EQ(lynx::host::topk_route(L.data(), p.num_experts, rows, rows, p, r.ids.data(), r.w.data()),
+            lynx::status::success);
+  return r;
+}
+
+int unique_experts(const routed& r) { return static_cast<int>(std::set<int>(r.ids.begin(), r.ids.end()).size()); }
+
+TEST(EdgeCases, F1ScoreExpertsWithZeroRowsNeedsItsOutputs) {
+  // counts and ranks are per expert: required even for zero rows, and nothing is written
+  // when one is missing (it used to segfault).
+  const auto p = params(8, 2);
+  const std::vector<std::int8_t> bins(8, 0);
+  std::vector<std::int32_t> counts(2 * 8, 42), ranks(8, 42);
+  EXPECT_EQ(lynx::host::score_experts(bins.data(), 0, p, nullptr, ranks.data()), lynx::status::null_pointer);
+  EXPECT_EQ(lynx::host::score_experts(bins.data(), 0, p, counts.data(), nullptr), lynx::status::null_pointer);
+  for (const auto x : counts) EXPECT_EQ(x, 42);
+  for (const auto x : ranks) EXPECT_EQ(x, 42);
+  // With both outputs and no rows: the empty batch's histogram (no bins are read).
+  EXPECT_EQ(lynx::host::score_experts(nullptr, 0, p, counts.data(), ranks.data()), lynx::status::success);
+  for (const auto x : counts) EXPECT_EQ(x, 0);
+  for (const auto x : ranks) EXPECT_EQ(x, 0);
+  EXPECT_EQ(lynx::host::score_experts(nullptr, 1, p, counts.data(), ranks.data()), lynx::status::null_pointer);
+}
+
+TEST(EdgeCases, F2TopkInsideKRanksMembersAtMinusInfAboveOutsiders) {
+  // N 16, k 2: row 0 has e0 = 0, e1 = -5, the rest -inf; row 1 has e9 = e10 = 0. K = {0, 9, 10}.
+  // Row 0's top-2 inside K is e0 then e9 (-inf, the lower id of K's two -inf members); e1 is
+  // outside K. The host used to give {0, 1}: its ranking ignored the mask at a -inf cutoff.
+  const int n = 16;
+  std::vector<float> L(2 * n, -inf);
+  L[0] = 0.0f;
+  L[1] = -5.0f;
+  L[n + 9] = L[n + 10] = 0.0f;
+  const auto p = params(n, 2, 1.0f, 1);
+  const routed r = route(L, 2, p);
+  const auto ref = lynx_test::ref_route(L, 2, 2, {n, 2, 1.0f, 1});
+  EXPECT_EQ(ref.active, (std::vector<int>{0, 9, 10}));
+  EXPECT_EQ(r.ids, ref.ids);
+  EXPECT_EQ(r.ids, (std::vector<int>{0, 9, 9, 10}));
+}
+
+TEST(EdgeCases, F2BudgetSharesInsideK0IgnoreExpertsOutsideIt) {
+  // default_params(16, 2): row 0 e8 = 10, e0 = 9.99; row 1 e9 = 10, e1 = 9.99; the rest -inf.
+  // K0 = the anchors {8, 9}; each row's second share inside K0 is 0, not its e0 / e1. With the
+  // inflated shares the greedy stopped at 0.751 retained mass against a target of 0.94.
+  const int n = 16;
+  std::vector<float> L(2 * n, -inf);
+  L[8] = 10.0f;
+  L[0] = 9.99f;
+  L[n + 9] = 10.0f;
+  L[n + 1] = 9.99f;
+  for (const float target : {0.6f, 0.75f, 0.94f}) {
+    auto p = lynx::default_params(n, 2);
+    p.budget_mass = target;
+    const routed r = route(L, 2, p);
+    const auto m = lynx::measure_batch(L.data(), n, 2, p, r.ids.data());
+    EXPECT_GE(m.retained_mass, target - 1e-6) << "target " << target;
+    EXPECT_EQ(m.top1_kept, 1.0);
+  }
+}
+
+TEST(EdgeCases, F3RenormalizedWeightsOfChosenExpertsFarBelowTheRowMax) {
+  // lynx, N 2, k 1, alpha 0.001, beta 1: rows [0, -100], [-2000, 0], [-2000, 0]. All bins are 0,
+  // e1 has the batch's support, so row 0 takes e1: its one renormalized weight is 1 (it was 0).
+  const std::vector<float> L = {0.0f, -100.0f, -2000.0f, 0.0f, -2000.0f, 0.0f};
+  const routed r = route(L, 3, params(2, 1, 0.001f, 1));
+  EXPECT_EQ(r.ids, (std::vector<int>{1, 1, 1}));
+  EXPECT_EQ(r.w, (std::vector<float>{1.0f, 1.0f, 1.0f}));
+}
+
+TEST(EdgeCases, F3SigmoidWeightsOfTinySigmoidsKeepTheirRatios) {
+  // sigmoid + renormalize on [-100, -101, -102, -103], k 2: sigmoids about e^-100, e^-101,
+  // whose ratio is e; the weights were 0, 0.
+  const std::vector<float> L = {-100.0f, -101.0f, -102.0f, -103.0f};
+  const routed r = topk(L, 1, params(4, 2, 1.0f, 1, lynx::scoring::sigmoid, true));
+  EXPECT_EQ(r.ids, (std::vector<int>{0, 1}));
+  const double w0 = 1.0 / (1.0 + std::exp(-1.0));
+  EXPECT_NEAR(r.w[0], w0, 1e-6);
+  EXPECT_NEAR(r.w[1], 1.0 - w0, 1e-6);
+}
+
+/// The exact weights of chosen experts (SPEC §3.3 step 4, renormalize), in long double relative
+/// to the largest chosen logit, in the output order of `ids`.
+std::vector<long double> exact_renormalized(const float* row, const int* ids, int k, bool sigmoid) {
+  long double top = -INFINITY;
+  for (int i = 0; i < k; ++i) top = std::max<long double>(top, row[ids[i]]);
+  const auto log_act = [&](long double l) {  // log of the activation, up to a common term
+    return sigmoid ? -std::log1p(std::exp(-l)) : l - top;
+  };
+  std::vector<long double> w(k);
+  long double ref = -INFINITY, sum = 0;
+  for (int i = 0; i < k; ++i) ref = std::max(ref, log_act(row[ids[i]]));
+  for (int i = 0; i < k; ++i) sum += w[i] = std::exp(log_act(row[ids[i]]) - ref);
+  for (auto& x : w) x /= sum;
+  return w;
+}
+
+TEST(EdgeCases, F3RenormalizedWeightsSumToOneWhateverTheLogits) {
+  // Rows far below zero, far below their max, or spread over thousands of nats, for every
+  // policy and scoring: every voting row's weights sum to 1 within 1e-6, each is the exact
+  // value to 1e-5 relative, and none is 0 unless its exact ratio to the row's largest is
+  // below 2^-126.
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 2 + static_cast<int>(rng() % 70), k = 1 + static_cast<int>(rng() % std::min(n, 8));
+    const int rows = 1 + static_cast<int>(rng() % 12);
+    const float offset = -static_cast<float>(rng() % 3000), spread = std::ldexp(1.0f, static_cast<int>(rng() % 12) - 2);
+    std::normal_distribution<float> normal(0.0f, spread);
+    std::vector<float> L(static_cast<std::size_t>(rows) * n);
+    for (auto& x : L) x = offset + normal(rng);
+    auto p = params(n, k, 0.001f + static_cast<float>(rng() % 100) * 0.03f, static_cast<int>(rng() % 4),
+                    rng() % 2 ? lynx::scoring::sigmoid : lynx::scoring::softmax, true);
+    p.kind = static_cast<lynx::policy>(rng() % 3);
+    p.keep_k = 1;
+    if (p.kind == lynx::policy::budget) p.budget_mass = 0.9f;
+    p.anchor_top1 = rng() % 2;
+    const routed r = route(L, rows, p);
+    for (int t = 0; t < rows; ++t) {
+      const float* row = L.data() + static_cast<std::size_t>(t) * n;
+      const int* ids = r.ids.data() + static_cast<std::size_t>(t) * k;
+      const auto want = exact_renormalized(row, ids, k, p.score == lynx::scoring::sigmoid);
+      double sum = 0;
+      for (int i = 0; i < k; ++i) {
+        const float w = r.w[static_cast<std::size_t>(t) * k + i];
+        sum += w;
+        if (want[i] >= 1e-30L) {
+          ASSERT_NEAR(w, static_cast<double>(want[i]), 1e-5 * static_cast<double>(want[i]) + 1e-7)
+              << "trial " << trial << " row " << t << " slot " << i;
+        }
+        if (want[i] >= std::ldexp(1.0L, -126) * want[0]) {
+          ASSERT_GT(w, 0.0f) << "trial " << trial;
+        }
+      }
+      ASSERT_NEAR(sum, 1.0, 1e-6) << "trial " << trial << " row " << t;
+    }
+  }
+}
+
+TEST(EdgeCases, F4BudgetCountLimitHoldsWhenGainsVanish) {
+  // N 8, k 2, 3 rows: row t has e0 = 0, e(t+1) = -100, the rest -1000. K0 = {e0}; every other
+  // gain is (nearly) 0. The greedy used to stop with |K| = 1 < k, and every row filled its
+  // second slot from outside K: 4 experts against a limit of 2.
+  const int n = 8, k = 2, rows = 3;
+  for (const float far : {-100.0f, -1000.0f}) {
+    std::vector<float> L(rows * n, -1000.0f);
+    for (int t = 0; t < rows; ++t) {
+      L[t * n] = 0.0f;
+      L[t * n + t + 1] = far;
+    }
+    auto by_count = lynx::default_params(n, k);
+    by_count.budget_mass = 0.0f;
+    by_count.budget_experts = 2;
+    auto by_fraction = by_count;
+    by_fraction.budget_experts = 0;
+    by_fraction.budget_fraction = 0.5f;  // of 4 plain unique experts
+    for (const auto& p : {by_count, by_fraction}) {
+      const routed r = route(L, rows, p);
+      EXPECT_LE(unique_experts(r), 2) << "far " << far;
+      for (int t = 0; t < rows; ++t) {
+        EXPECT_EQ(r.ids[t * k], 0);
+        EXPECT_NE(r.ids[t * k], r.ids[t * k + 1]);
+      }
+    }
+  }
+}
+
+TEST(EdgeCases, BudgetNeverStopsBelowKExperts) {
+  // Mass mode too: one confident token reaches the target with its top-1 alone, but K must
+  // still hold k experts so that every row's top-k lies inside it.
+  const int n = 16, k = 4;
+  std::vector<float> L(n, -50.0f);
+  L[3] = 0.0f;
+  auto p = lynx::default_params(n, k);
+  const routed one = route(L, 1, p);
+  EXPECT_EQ(one.ids, topk(L, 1, p).ids);  // a single token is never remapped
+  // Two tokens whose top-2 masses meet the target with the anchors {3, 7} alone, and whose
+  // next choices differ (e0, e1 against e14, e15): filling from outside K touched 6 experts.
+  std::vector<float> two(L);
+  two.insert(two.end(), L.begin(), L.end());
+  two[0] = -40.0f;
+  two[1] = -41.0f;
+  two[n + 7] = 1.0f;
+  two[n + 14] = -40.0f;
+  two[n + 15] = -41.0f;
+  const routed r = route(two, 2, p);
+  EXPECT_EQ(unique_experts(r), k);
+}
+
+}  // namespace

@@ -1,0 +1,373 @@
+// Everything of the device launchers that runs on the host, checked without a GPU: workspace
+// size queries with null data pointers (CUB's rule), the validation of every argument, the
+// workspace carving, the expert tier dispatch and lynx::route's path choice. Nothing here
+// launches a kernel, so it runs (in the host test binary) on any machine.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include <lynx/lynx.cuh>
+
+#include "../support/params.hpp"
+
+namespace {
+
+using lynx_test::params;
+namespace d = lynx::detail;
+
+bool has_device() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+lynx::route_params policy_params(int n, int k, lynx::policy kind) {
+  auto p = lynx::default_params(n, k);
+  p.kind = kind;
+  p.keep_k = 1;
+  return p;
+}
+
+const lynx::policy all_policies[] = {lynx::policy::lynx, lynx::policy::piggyback, lynx::policy::budget};
+
+/// [start, start + bytes) of a carved region, for the overlap check.
+struct region {
+  std::uintptr_t start;
+  std::size_t bytes;
+};
+
+template <class T>
+region of(const T* p, std::size_t count) {
+  return {reinterpret_cast<std::uintptr_t>(p), count * sizeof(T)};
+}
+
+/// Every nonempty region lies inside [base, base + bytes), starts 256-aligned, and overlaps
+/// no other.
+void expect_disjoint_and_aligned(std::vector<region> regions, const char* base, std::size_t bytes) {
+  regions.erase(std::remove_if(regions.begin(), regions.end(), [](const region& r) { return r.bytes == 0; }),
+                regions.end());
+  std::sort(regions.begin(), regions.end(), [](const region& a, const region& b) { return a.start < b.start; });
+  const auto lo = reinterpret_cast<std::uintptr_t>(base);
+  for (std::size_t i = 0; i < regions.size(); ++i) {
+    EXPECT_EQ(regions[i].start % d::workspace_alignment, 0u) << "region " << i;
+    EXPECT_GE(regions[i].start, lo);
+    EXPECT_LE(regions[i].start + regions[i].bytes, lo + bytes) << "region " << i;
+    if (i > 0) EXPECT_GE(regions[i].start, regions[i - 1].start + regions[i - 1].bytes) << "region " << i;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Size queries: null workspace and null data pointers, as the README shows.
+
+TEST(Launchers, SizeQueriesNeedNoDataPointers) {
+  for (const int n : {8, 64, 128, 160, 512, 1024})
+    for (const int rows : {1, 16, 64, 512, 600})
+      for (const auto kind : all_policies)
+        for (const bool device_count : {false, true}) {
+          const auto p = policy_params(n, std::min(8, n), kind);
+          static const int fake_count = 0;  // never read by a size query
+          const lynx::token_count valid = device_count ? lynx::token_count(&fake_count) : lynx::token_count(rows);
+          std::size_t route_bytes = 0, topk_bytes = 0, remap_bytes = 0;
+          ASSERT_EQ((lynx::route<float, int>(nullptr, route_bytes, nullptr, n, rows, valid, p, nullptr, nullptr)),
+                    cudaSuccess)
+              << "N " << n << " rows " << rows;
+          ASSERT_EQ((lynx::topk_route<__nv_bfloat16, std::int64_t>(nullptr, topk_bytes, nullptr, n, rows, valid, p,
+                                                                   nullptr, nullptr)),
+                    cudaSuccess);
+          ASSERT_EQ((lynx::remap_topk<__half, int>(nullptr, remap_bytes, nullptr, n, rows, valid, nullptr, nullptr, p,
+                                                   nullptr, nullptr)),
+                    cudaSuccess);
+          // The sizes are the carved layouts plus the alignment slack.
+          d::workspace_carver route_c(nullptr), topk_c(nullptr), remap_c(nullptr);
+          d::route_workspace(route_c, rows, n, p.top_k, kind == lynx::policy::lynx, kind == lynx::policy::budget);
+          d::topk_workspace(topk_c, rows, n);
+          d::remap_workspace(remap_c, rows, n, p.top_k, kind == lynx::policy::budget);
+          EXPECT_EQ(route_bytes, route_c.used + d::workspace_alignment - 1);
+          EXPECT_EQ(topk_bytes, topk_c.used + d::workspace_alignment - 1);
+          EXPECT_EQ(remap_bytes, remap_c.used + d::workspace_alignment - 1);
+          EXPECT_GE(route_bytes, remap_bytes);  // route's holds remap_topk's
+        }
+}
+
+TEST(Launchers, SizeQueriesStillCheckTheParameters) {
+  std::size_t bytes = 12345;
+  EXPECT_EQ((lynx::route<float, int>(nullptr, bytes, nullptr, 8, 4, 4, params(8, 9), nullptr, nullptr)),
+            cudaErrorInvalidValue);
+  EXPECT_EQ((lynx::topk_route<float, int>(nullptr, bytes, nullptr, 7, 4, 4, params(8, 2), nullptr, nullptr)),
+            cudaErrorInvalidValue);
+  EXPECT_EQ((lynx::remap_topk<float, int>(nullptr, bytes, nullptr, 8, 4, 5, nullptr, nullptr, params(8, 2), nullptr,
+                                          nullptr)),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(bytes, 12345u);  // a rejected query reports nothing
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation: every status is an error code, whatever the entry point; nothing is launched.
+
+struct bad_case {
+  const char* what;
+  lynx::route_params p;
+  std::int64_t stride;
+  int rows, valid;
+};
+
+std::vector<bad_case> bad_cases() {
+  const int n = 8;
+  std::vector<bad_case> cases = {
+      {"k > N", params(n, 9), n, 4, 4},
+      {"k < 1", params(n, 0), n, 4, 4},
+      {"k > max_top_k", params(64, 33), 64, 4, 4},
+      {"N < 2", params(1, 1), 1, 4, 4},
+      {"N > max_experts", params(lynx::max_experts + 1, 2), lynx::max_experts + 1, 4, 4},
+      {"alpha <= 0", params(n, 2, 0.0f), n, 4, 4},
+      {"alpha NaN", params(n, 2, std::numeric_limits<float>::quiet_NaN()), n, 4, 4},
+      {"beta < 0", params(n, 2, 1.0f, -1), n, 4, 4},
+      {"beta > max", params(n, 2, 1.0f, lynx::max_bin_depth + 1), n, 4, 4},
+      {"stride < N", params(n, 2), n - 1, 4, 4},
+      {"rows < 0", params(n, 2), n, -1, 0},
+      {"valid > rows", params(n, 2), n, 4, 5},
+      {"valid < 0", params(n, 2), n, 4, -1},
+  };
+  auto sentinel = params(n, 2);
+  sentinel.pad_with_sentinel = true;
+  sentinel.sentinel_id = 3;
+  cases.push_back({"sentinel inside [0, N)", sentinel, n, 4, 4});
+  auto keep = params(n, 2);
+  keep.kind = lynx::policy::piggyback;
+  keep.keep_k = 3;
+  cases.push_back({"keep_k > k", keep, n, 4, 4});
+  auto budget = params(n, 2);
+  budget.kind = lynx::policy::budget;
+  cases.push_back({"budget without a limit", budget, n, 4, 4});
+  budget.budget_experts = 1;
+  cases.push_back({"budget below k", budget, n, 4, 4});
+  budget.budget_mass = 0.9f;
+  cases.push_back({"two budget limits", budget, n, 4, 4});
+  return cases;
+}
+
+TEST(Launchers, EveryInvalidArgumentIsRejectedBeforeAnyLaunch) {
+  // Host buffers stand in for device memory: a rejected call never touches them.
+  std::vector<float> logits(4 * 2048, 0.5f), weights(4 * 64, 42.0f);
+  std::vector<int> ids(4 * 64, 42);
+  std::vector<std::int8_t> bins(4 * 2048, 0);
+  std::vector<std::int32_t> counts(32 * 2048), ranks(2048);
+  std::vector<char> ws(1 << 22);
+  for (const bad_case& c : bad_cases()) {
+    EXPECT_NE(lynx::check(c.p, c.rows, c.stride, c.valid), lynx::status::success) << c.what;
+    std::size_t bytes = ws.size();
+    EXPECT_EQ(lynx::route(ws.data(), bytes, logits.data(), c.stride, c.rows, c.valid, c.p, ids.data(), weights.data()),
+              cudaErrorInvalidValue)
+        << c.what;
+    EXPECT_EQ(lynx::topk_route(ws.data(), bytes, logits.data(), c.stride, c.rows, c.valid, c.p, ids.data(),
+                               weights.data()),
+              cudaErrorInvalidValue)
+        << c.what;
+    EXPECT_EQ(lynx::remap_topk(ws.data(), bytes, logits.data(), c.stride, c.rows, c.valid, bins.data(), ranks.data(),
+                               c.p, ids.data(), weights.data()),
+              cudaErrorInvalidValue)
+        << c.what;
+    EXPECT_EQ(lynx::affinity_bin(logits.data(), c.stride, c.rows, c.valid, c.p, bins.data()), cudaErrorInvalidValue)
+        << c.what;
+    if (c.stride == c.p.num_experts && c.valid == c.rows)  // score_experts has no stride or count
+      EXPECT_EQ(lynx::score_experts(bins.data(), c.rows, c.p, counts.data(), ranks.data()), cudaErrorInvalidValue)
+          << c.what;
+  }
+  for (const int x : ids) EXPECT_EQ(x, 42);
+  for (const float x : weights) EXPECT_EQ(x, 42.0f);
+}
+
+TEST(Launchers, NullDataPointersAreRejectedWhenThereAreRows) {
+  const int n = 16, rows = 4;
+  const auto p = params(n, 2);
+  std::vector<float> logits(rows * n), weights(rows * 2);
+  std::vector<int> ids(rows * 2);
+  std::vector<std::int8_t> bins(rows * n);
+  std::vector<std::int32_t> counts(32 * n), ranks(n);
+  std::vector<char> ws(1 << 20);
+  std::size_t bytes = ws.size();
+  const float* L = logits.data();
+  const float* no_logits = nullptr;  // typed nulls, so that the templates deduce
+  int* no_ids = nullptr;
+  float* no_w = nullptr;
+  const std::int8_t* no_bins = nullptr;
+  const std::int32_t* no_ranks = nullptr;
+  EXPECT_EQ(lynx::route(ws.data(), bytes, no_logits, n, rows, rows, p, ids.data(), weights.data()),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(lynx::route(ws.data(), bytes, L, n, rows, rows, p, no_ids, weights.data()),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(lynx::route(ws.data(), bytes, L, n, rows, rows, p, ids.data(), no_w),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(lynx::topk_route(ws.data(), bytes, L, n, rows, rows, p, no_ids, weights.data()),
+            cudaErrorInvalidValue);
+  // remap_topk needs bins and ranks for the lynx policy only.
+  EXPECT_EQ(lynx::remap_topk(ws.data(), bytes, L, n, rows, rows, no_bins, ranks.data(), p, ids.data(),
+                                         weights.data()),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(lynx::remap_topk(ws.data(), bytes, L, n, rows, rows, bins.data(), no_ranks, p, ids.data(),
+                                         weights.data()),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(lynx::affinity_bin(no_logits, n, rows, rows, p, bins.data()), cudaErrorInvalidValue);
+  EXPECT_EQ(lynx::affinity_bin(L, n, rows, rows, p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(lynx::score_experts(nullptr, rows, p, counts.data(), ranks.data()), cudaErrorInvalidValue);
+  // score_experts' outputs are per expert: required even without rows.
+  EXPECT_EQ(lynx::score_experts(bins.data(), 0, p, nullptr, ranks.data()), cudaErrorInvalidValue);
+  EXPECT_EQ(lynx::score_experts(bins.data(), 0, p, counts.data(), nullptr), cudaErrorInvalidValue);
+  // A device-side count may be anything, so the data pointers are required with it.
+  static const int fake_count = 0;
+  EXPECT_EQ(lynx::route(ws.data(), bytes, no_logits, n, rows, &fake_count, p, ids.data(), weights.data()),
+            cudaErrorInvalidValue);
+}
+
+TEST(Launchers, TooSmallWorkspaceIsRejected) {
+  const int n = 64, rows = 16;
+  std::vector<float> logits(rows * n), weights(rows * 6);
+  std::vector<int> ids(rows * 6);
+  for (const auto kind : all_policies) {
+    const auto p = policy_params(n, 6, kind);
+    std::size_t need = 0;
+    ASSERT_EQ((lynx::route<float, int>(nullptr, need, nullptr, n, rows, rows, p, nullptr, nullptr)), cudaSuccess);
+    // Whatever the buffer's alignment, the reported size is enough.
+    std::vector<char> ws(need + 300);
+    for (std::size_t offset = 0; offset < 300; ++offset) {
+      d::workspace_carver c(ws.data() + offset);
+      d::route_workspace(c, rows, n, 6, kind == lynx::policy::lynx, kind == lynx::policy::budget);
+      ASSERT_TRUE(c.fits(need)) << "offset " << offset;
+      ASSERT_FALSE(c.fits(c.skip + c.used - 1)) << "offset " << offset;
+    }
+    std::size_t small = 16;
+    EXPECT_EQ(lynx::route(ws.data(), small, logits.data(), n, rows, rows, p, ids.data(), weights.data()),
+              cudaErrorInvalidValue);
+    small = 16;
+    EXPECT_EQ(lynx::topk_route(ws.data(), small, logits.data(), n, rows, rows, p, ids.data(), weights.data()),
+              cudaErrorInvalidValue);
+    EXPECT_EQ((lynx::remap_topk<float, int>(ws.data(), small, logits.data(), n, rows, rows, nullptr, nullptr, p,
+                                            ids.data(), weights.data())),
+              cudaErrorInvalidValue);
+  }
+}
+
+TEST(Launchers, ZeroRowsOrZeroValidTokensSucceedWithoutLaunching) {
+  // No launch is attempted: on a machine without a GPU any launch would return an error.
+  const int n = 16;
+  const auto p = params(n, 2);
+  std::vector<char> ws(1 << 16);
+  for (const auto& [rows, valid] : {std::pair{0, 0}, std::pair{4, 0}}) {
+    std::size_t bytes = ws.size();
+    EXPECT_EQ((lynx::route<float, int>(ws.data(), bytes, nullptr, n, rows, valid, p, nullptr, nullptr)), cudaSuccess);
+    EXPECT_EQ((lynx::topk_route<float, int>(ws.data(), bytes, nullptr, n, rows, valid, p, nullptr, nullptr)),
+              cudaSuccess);
+    EXPECT_EQ((lynx::remap_topk<float, int>(ws.data(), bytes, nullptr, n, rows, valid, nullptr, nullptr, p, nullptr,
+                                            nullptr)),
+              cudaSuccess);
+    EXPECT_EQ(lynx::affinity_bin<float>(nullptr, n, rows, valid, p, nullptr), cudaSuccess);
+  }
+}
+
+TEST(Launchers, ValidCallsGetPastTheHostChecks) {
+  // Without a GPU, a valid call reaches the CUDA runtime, which then fails: not with
+  // cudaErrorInvalidValue (the launchers' own rejection) and not with success.
+  if (has_device()) GTEST_SKIP() << "a device is present: the device tests run these calls for real";
+  const int n = 64, rows = 16;
+  std::vector<float> logits(rows * n), weights(rows * 6);
+  std::vector<int> ids(rows * 6);
+  std::vector<std::int8_t> bins(rows * n);
+  std::vector<std::int32_t> counts(32 * n), ranks(n);
+  std::vector<char> ws(1 << 20);
+  for (const auto kind : all_policies) {
+    const auto p = policy_params(n, 6, kind);
+    for (const int r : {rows, 600}) {
+      std::vector<float> big(static_cast<std::size_t>(r) * n);
+      std::vector<int> big_ids(static_cast<std::size_t>(r) * 6);
+      std::vector<float> big_w(big_ids.size());
+      std::size_t bytes = ws.size();
+      const cudaError_t e = lynx::route(ws.data(), bytes, big.data(), n, r, r, p, big_ids.data(), big_w.data());
+      EXPECT_NE(e, cudaSuccess);
+      EXPECT_NE(e, cudaErrorInvalidValue) << cudaGetErrorString(e);
+    }
+  }
+  std::size_t bytes = ws.size();
+  const auto p = params(n, 6);
+  for (const cudaError_t e :
+       {lynx::topk_route(ws.data(), bytes, logits.data(), n, rows, rows, p, ids.data(), weights.data()),
+        lynx::remap_topk(ws.data(), bytes, logits.data(), n, rows, rows, bins.data(), ranks.data(), p, ids.data(),
+                         weights.data()),
+        lynx::affinity_bin(logits.data(), n, rows, rows, p, bins.data()),
+        lynx::score_experts(bins.data(), rows, p, counts.data(), ranks.data())}) {
+    EXPECT_NE(e, cudaSuccess);
+    EXPECT_NE(e, cudaErrorInvalidValue) << cudaGetErrorString(e);
+  }
+  cudaGetLastError();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workspace carving, tiers and the path choice.
+
+TEST(Launchers, WorkspaceRegionsAreAlignedDisjointAndLargeEnough) {
+  for (const int n : {8, 64, 160, 1024})
+    for (const int rows : {1, 33, 700})
+      for (const auto kind : all_policies)
+        for (const std::size_t misalign : {0, 1, 100}) {
+          const int k = std::min(8, n);
+          const bool lynx_policy = kind == lynx::policy::lynx, budget = kind == lynx::policy::budget;
+          d::workspace_carver measure(nullptr);
+          d::route_workspace(measure, rows, n, k, lynx_policy, budget);
+          std::vector<char> buffer(measure.required_bytes() + misalign);
+          char* base = buffer.data() + misalign;
+          d::workspace_carver c(base);
+          const d::route_workspace ws(c, rows, n, k, lynx_policy, budget);
+          ASSERT_TRUE(c.fits(measure.required_bytes()));
+          const std::size_t rn = static_cast<std::size_t>(rows) * n;
+          // What the kernels index in each region (kernels.cuh, remap_topk.cuh, route.cuh).
+          std::vector<region> regions = {
+              of(ws.remap.flags, 4 * static_cast<std::size_t>(n)), of(ws.remap.votes, rows),
+              of(ws.remap.row_mass, rows)};
+          if (lynx_policy) {
+            regions.push_back(of(ws.bins, rn));
+            regions.push_back(of(ws.counts, static_cast<std::size_t>(lynx::max_bins) * n));
+            regions.push_back(of(ws.ranks, n));
+          }
+          if (budget) {
+            regions.push_back(of(ws.remap.share, rn));
+            regions.push_back(of(ws.remap.top, static_cast<std::size_t>(rows) * k));
+          }
+          expect_disjoint_and_aligned(regions, base, measure.required_bytes());
+          EXPECT_EQ(ws.remap.in_plain(), ws.remap.flags + n);
+          EXPECT_EQ(ws.remap.anchors(), ws.remap.flags + 3 * n);
+          d::workspace_carver tc(base);
+          const d::topk_workspace tws(tc, rows, n);
+          expect_disjoint_and_aligned({of(tws.in_plain, n), of(tws.votes, rows)}, base, measure.required_bytes());
+        }
+}
+
+TEST(Launchers, ExpertTierDispatch) {
+  const auto tier_of = [](int n) { return d::dispatch_expert_tier(n, [](auto t) { return decltype(t)::value; }); };
+  const auto fused_tier_of = [](int n) {
+    return d::dispatch_expert_tier<d::fused_max_experts>(n, [](auto t) { return decltype(t)::value; });
+  };
+  const std::pair<int, int> want[] = {{2, 128}, {8, 128}, {128, 128}, {129, 512}, {160, 512},
+                                      {512, 512}, {513, 1024}, {1024, 1024}};
+  for (const auto& [n, tier] : want) {
+    EXPECT_EQ(tier_of(n), tier) << "N " << n;
+    EXPECT_EQ(d::expert_tier(n), tier) << "N " << n;
+    EXPECT_GE(tier, n);  // every lane's MaxN / 32 keys cover the row
+    if (n <= d::fused_max_experts) EXPECT_EQ(fused_tier_of(n), tier) << "N " << n;
+  }
+}
+
+TEST(Launchers, RoutePathChoice) {
+  using d::route_path;
+  EXPECT_EQ(d::choose_route_path(1, 8), route_path::fused);
+  EXPECT_EQ(d::choose_route_path(512, 512), route_path::fused);
+  EXPECT_EQ(d::choose_route_path(513, 64), route_path::stages);
+  EXPECT_EQ(d::choose_route_path(64, 513), route_path::stages);
+  EXPECT_EQ(d::choose_route_path(64, 1024), route_path::stages);
+  EXPECT_EQ(d::warp_row_blocks(1), 1);
+  EXPECT_EQ(d::warp_row_blocks(8), 1);
+  EXPECT_EQ(d::warp_row_blocks(9), 2);
+  EXPECT_EQ(d::warp_row_blocks(700), 88);
+}
+
+}  // namespace

@@ -1,215 +1,21 @@
 #pragma once
 // The host path: the same stages and results as the device launchers, on host memory.
 // It is the test oracle for the kernels and a real router for CPU engines. Per-element math
-// comes from detail/row_math.hpp, which the kernels share, so ids agree bitwise (SPEC §5);
-// detail/host_rows.hpp says how the host organises the work, and detail/host_simd.hpp how each
-// call picks AVX2 + FMA code or portable code (bitwise the same results).
+// comes from detail/row_math.hpp, which the kernels share, so ids and weights agree bitwise
+// (SPEC §5); detail/host/bodies.hpp says how the host organises the work, and
+// detail/host/simd.hpp how each call picks AVX2 + FMA code or portable code (bitwise the same
+// results). __half and __nv_bfloat16 logits need <lynx/half.hpp>.
 //
 // Unlike the device launchers, host functions allocate their scratch on the heap.
 
-#include <algorithm>
 #include <cstdint>
-#include <vector>
 
-#include "detail/host_rows.hpp"
-#include "detail/host_simd.hpp"
+#include "batch.hpp"
+#include "detail/host/bodies.hpp"
 #include "params.hpp"
 
 namespace lynx {
 namespace host {
-namespace detail {
-
-template <class Isa, class T>
-LYNX_HOST_INLINE void affinity_bin_body(Isa, const T* logits, std::int64_t row_stride, int num_rows,
-                                        int num_valid, route_params p, std::int8_t* bins) {
-  const int n = p.num_experts, depth = lynx::detail::bin_depth(p.beta);
-  buffer<float> x(n);
-  for (int t = 0; t < num_rows; ++t) {
-    std::int8_t* out = bins + static_cast<std::int64_t>(t) * n;
-    const float m = t < num_valid ? load_row(logits + t * row_stride, n, x.data()) : -INFINITY;
-    if (m == -INFINITY)
-      std::fill(out, out + n, no_vote);
-    else
-      bin_row(x.data(), n, m, p.alpha, depth, out);
-  }
-}
-LYNX_HOST_DISPATCHED(affinity_bin_body)
-
-template <class Isa>
-LYNX_HOST_INLINE void score_experts_body(Isa, const std::int8_t* bins, int num_rows, route_params p,
-                                         std::int32_t* counts, std::int32_t* ranks) {
-  const int n = p.num_experts, nbins = histogram_bins(p);
-  std::fill(counts, counts + static_cast<std::size_t>(nbins) * n, 0);
-  {
-    histogram_counter h(n, nbins, counts);
-    for (int t = 0; t < num_rows; ++t) h.add(bins + static_cast<std::int64_t>(t) * n);
-  }
-  rank_histograms(counts, n, nbins, ranks);
-}
-LYNX_HOST_DISPATCHED(score_experts_body)
-
-inline int count_flags(const std::vector<std::uint8_t>& f) {
-  return static_cast<int>(std::count(f.begin(), f.end(), std::uint8_t{1}));
-}
-
-template <class IdT>
-void write_pad_rows(const std::vector<std::uint8_t>& loaded, const std::vector<std::uint8_t>& votes,
-                    int num_rows, const route_params& p, IdT* ids, float* weights) {
-  int pad[max_top_k];
-  lynx::detail::pad_ids(loaded.data(), p.num_experts, p.top_k, pad);
-  for (int t = 0; t < num_rows; ++t)
-    if (!votes[t])
-      lynx::detail::emit_pad_row(pad, p.top_k, p.pad_with_sentinel, p.sentinel_id,
-                                 ids + static_cast<std::int64_t>(t) * p.top_k,
-                                 weights + static_cast<std::int64_t>(t) * p.top_k);
-}
-
-/// Every valid row loaded once (host_rows.hpp's load_row): rows t < num_valid at t * n.
-struct loaded_rows {
-  buffer<float> x, m;
-  loaded_rows(int rows, int n) : x(static_cast<std::size_t>(rows) * n), m(static_cast<std::size_t>(rows)) {}
-  template <class T>
-  LYNX_HOST_INLINE float load(const T* row, int t, int n) {
-    const std::size_t at = static_cast<std::size_t>(t) * n;
-    return m[t] = load_row(row, n, x.data() + at);
-  }
-};
-
-/// remap_topk on loaded rows. `trusted_bins`: the bins are affinity_bin's for these rows (z_topk).
-template <class Isa, class T, class IdT>
-LYNX_HOST_INLINE void remap_rows(Isa isa, const T* logits, std::int64_t row_stride, int num_rows, int num_valid,
-                                 const std::int8_t* bins, bool trusted_bins, const std::int32_t* ranks,
-                                 const rank_order& ro, const route_params& p, const loaded_rows& lr, IdT* ids,
-                                 float* weights) {
-  namespace d = lynx::detail;
-  const int n = p.num_experts, k = p.top_k;
-  const std::size_t rows = static_cast<std::size_t>(num_valid);
-  std::vector<std::uint8_t> in_active(n, 0), in_plain(n, 0), in_final(n, 0), votes(num_rows, 0),
-      anchors(n, 0);
-  buffer<float> mass(rows);
-  buffer<std::uint64_t> plain(rows * k), ranked(rows * max_ranked);
-  buffer<int> num_ranked(rows), plain_ids(rows * k);  // plain's experts, as ids
-  std::vector<int> pick;
-  topk_scratch ts(n);
-  const int depth = d::bin_depth(p.beta);
-
-  for (int t = 0; t < num_valid; ++t) {  // selection: each row's contribution to K
-    const float m = lr.m[t];
-    if (m == -INFINITY) continue;
-    votes[t] = 1;
-    const T* row = logits + t * row_stride;
-    const float* xt = lr.x.data() + static_cast<std::size_t>(t) * n;
-    std::uint64_t* pk = plain.data() + static_cast<std::size_t>(t) * k;
-    int* pe = plain_ids.data() + static_cast<std::size_t>(t) * k;
-    num_ranked[t] = plain_topk(isa, xt, nullptr, n, k, m, ts, pk,
-                               ranked.data() + static_cast<std::size_t>(t) * max_ranked);
-    for (int i = 0; i < k; ++i) pe[i] = d::key_expert(pk[i]);
-    for (int i = 0; i < k; ++i) in_plain[pe[i]] = 1;
-    mass[t] = original_mass(row, xt, n, m, pk, k, p.score, p.renormalize);
-    if (p.pinned && p.pinned[t]) {
-      for (int i = 0; i < k; ++i) in_active[pe[i]] = 1;
-      continue;
-    }
-    if (p.anchor_top1 || p.kind == policy::budget) anchors[pe[0]] = 1;
-    if (p.kind == policy::lynx)
-      z_topk(isa, bins + static_cast<std::int64_t>(t) * n, xt, ranks, ro, pe, n, k, depth, trusted_bins,
-             in_active.data(), pick);
-    else if (p.kind == policy::piggyback)
-      for (int i = 0; i < p.keep_k; ++i) in_active[pe[i]] = 1;
-  }
-  if (p.anchor_top1 && p.kind != policy::budget)
-    for (int e = 0; e < n; ++e) in_active[e] |= anchors[e];
-  if (p.kind == policy::budget)
-    budget_greedy(isa, lr.x.data(), lr.m.data(), votes.data(), num_valid, anchors.data(), plain.data(),
-                  count_flags(in_plain), p, in_active.data());
-
-  const active_set K(in_active);
-  final_scratch fs(n);
-  std::uint64_t chosen[max_top_k];
-  for (int t = 0; t < num_valid; ++t) {  // final: each row's top-k inside K
-    if (!votes[t]) continue;
-    const std::size_t at = static_cast<std::size_t>(t) * n;
-    final_topk(isa, lr.x.data() + at, lr.m[t], plain.data() + static_cast<std::size_t>(t) * k,
-               plain_ids.data() + static_cast<std::size_t>(t) * k,
-               ranked.data() + static_cast<std::size_t>(t) * max_ranked, num_ranked[t], n, k, K, fs, chosen);
-    for (int i = 0; i < k; ++i) in_final[d::key_expert(chosen[i])] = 1;
-    d::emit_row(logits + t * row_stride, chosen, k, p.score, p.renormalize, mass[t],
-                ids + static_cast<std::int64_t>(t) * k, weights + static_cast<std::int64_t>(t) * k);
-  }
-  const bool fallback = count_flags(in_final) > count_flags(in_plain);
-  if (fallback)
-    for (int t = 0; t < num_valid; ++t)
-      if (votes[t])
-        d::emit_row(logits + t * row_stride, plain.data() + static_cast<std::size_t>(t) * k,
-                    k, p.score, p.renormalize, mass[t], ids + static_cast<std::int64_t>(t) * k,
-                    weights + static_cast<std::int64_t>(t) * k);
-  write_pad_rows(fallback ? in_plain : in_final, votes, num_rows, p, ids, weights);
-}
-
-template <class Isa, class T, class IdT>
-LYNX_HOST_INLINE void remap_topk_body(Isa isa, const T* logits, std::int64_t row_stride, int num_rows,
-                                      int num_valid, const std::int8_t* bins,
-                                      const std::int32_t* ranks, route_params p, IdT* ids,
-                                      float* weights) {
-  loaded_rows lr(num_valid, p.num_experts);
-  for (int t = 0; t < num_valid; ++t) lr.load(logits + t * row_stride, t, p.num_experts);
-  rank_order ro;
-  if (p.kind == policy::lynx) ro.build(ranks, p.num_experts);
-  remap_rows(isa, logits, row_stride, num_rows, num_valid, bins, false, ranks, ro, p, lr, ids, weights);
-}
-LYNX_HOST_DISPATCHED(remap_topk_body)
-
-/// The lynx policy's whole step with each row loaded once: bins and histogram, ranks, remap.
-template <class Isa, class T, class IdT>
-LYNX_HOST_INLINE void route_body(Isa isa, const T* logits, std::int64_t row_stride, int num_rows, int num_valid,
-                                 route_params p, IdT* ids, float* weights) {
-  const int n = p.num_experts, nbins = histogram_bins(p), depth = lynx::detail::bin_depth(p.beta);
-  loaded_rows lr(num_valid, n);
-  buffer<std::int8_t> bins(static_cast<std::size_t>(num_valid) * n);
-  std::vector<std::int32_t> counts(static_cast<std::size_t>(nbins) * n, 0), ranks(n);
-  {
-    histogram_counter h(n, nbins, counts.data());
-    for (int t = 0; t < num_valid; ++t) {
-      std::int8_t* q = bins.data() + static_cast<std::size_t>(t) * n;
-      const float m = lr.load(logits + t * row_stride, t, n);
-      if (m == -INFINITY) continue;  // no votes: its bins are never read
-      bin_row(lr.x.data() + static_cast<std::size_t>(t) * n, n, m, p.alpha, depth, q);
-      h.add(q);
-    }
-  }
-  rank_order ro;
-  ro.order.resize(n);
-  rank_histograms(counts.data(), n, nbins, ranks.data(), ro.order.data());
-  ro.runs(ranks.data(), n);
-  remap_rows(isa, logits, row_stride, num_rows, num_valid, bins.data(), true, ranks.data(), ro, p, lr, ids, weights);
-}
-LYNX_HOST_DISPATCHED(route_body)
-
-template <class Isa, class T, class IdT>
-LYNX_HOST_INLINE void topk_route_body(Isa isa, const T* logits, std::int64_t row_stride, int num_rows,
-                                      int num_valid, route_params p, IdT* ids, float* weights) {
-  namespace d = lynx::detail;
-  const int n = p.num_experts, k = p.top_k;
-  std::vector<std::uint8_t> in_plain(n, 0), votes(num_rows, 0);
-  buffer<float> x(n);
-  topk_scratch ts(n);
-  std::uint64_t best[max_top_k];
-  for (int t = 0; t < num_valid; ++t) {
-    const T* row = logits + t * row_stride;
-    const float m = load_row(row, n, x.data());
-    if (m == -INFINITY) continue;
-    votes[t] = 1;
-    plain_topk(isa, x.data(), nullptr, n, k, m, ts, best);
-    for (int i = 0; i < k; ++i) in_plain[d::key_expert(best[i])] = 1;
-    d::emit_row(row, best, k, p.score, p.renormalize,
-                original_mass(row, x.data(), n, m, best, k, p.score, p.renormalize),
-                ids + static_cast<std::int64_t>(t) * k, weights + static_cast<std::int64_t>(t) * k);
-  }
-  write_pad_rows(in_plain, votes, num_rows, p, ids, weights);
-}
-LYNX_HOST_DISPATCHED(topk_route_body)
-
-}  // namespace detail
 
 /// SPEC §3.1. Writes bins[t * N + e] for every row t < num_rows; rows that do not vote
 /// (t >= num_valid, or no finite logit) are filled with lynx::no_vote.
@@ -236,51 +42,82 @@ inline status score_experts(const std::int8_t* bins, int num_rows, const route_p
   return status::success;
 }
 
+/// The valid row count of a host call: a pointer count is read as host memory and clamped to
+/// [0, num_rows], as the kernels clamp a device one.
+inline int valid_rows(token_count valid, int num_rows) {
+  const int b = valid.device_ptr ? *valid.device_ptr : valid.value;
+  return b < 0 ? 0 : (b > num_rows ? num_rows : b);
+}
+
 /// SPEC §3.3 (and the never-worse guard, step 5), from the bins and ranks of the previous
-/// stages (only the lynx policy reads them; others may pass null). Writes ids/weights
-/// [num_rows x k]; non-voting rows as SPEC §5 says. The bins must be affinity_bin's for the
-/// same logits and parameters.
+/// stages (only the lynx policy reads them; others may pass null). Writes the batch's ids and
+/// weights [num_rows x k]; non-voting rows as SPEC §5 says. The bins must be affinity_bin's for
+/// the same logits and parameters.
+template <class T, class IdT>
+status remap_topk(const batch_ref<T, IdT>& batch, const std::int8_t* bins, const std::int32_t* ranks,
+                  const route_params& p) {
+  const bool needs_scores = p.kind == policy::lynx;
+  if (const status s = check(p, batch.num_rows, batch.row_stride, batch.valid,
+                             {batch.logits, batch.ids, batch.weights,
+                              needs_scores ? static_cast<const void*>(bins) : batch.logits,
+                              needs_scores ? static_cast<const void*>(ranks) : batch.logits});
+      s != status::success)
+    return s;
+  const int num_valid = valid_rows(batch.valid, batch.num_rows);
+  if (num_valid == 0) return status::success;
+  detail::remap_topk_body_dispatch(batch.logits, batch.row_stride, batch.num_rows, num_valid, bins, ranks, p,
+                                   batch.pinned, batch.ids, batch.weights);
+  return status::success;
+}
+
 template <class T, class IdT>
 status remap_topk(const T* logits, std::int64_t row_stride, int num_rows, int num_valid,
                   const std::int8_t* bins, const std::int32_t* ranks, const route_params& p,
                   IdT* ids, float* weights) {
-  const bool needs_scores = p.kind == policy::lynx;
-  if (const status s = check(p, num_rows, row_stride, num_valid,
-                             {logits, ids, weights, needs_scores ? static_cast<const void*>(bins) : logits,
-                              needs_scores ? static_cast<const void*>(ranks) : logits});
-      s != status::success)
-    return s;
-  if (num_rows == 0 || num_valid == 0) return status::success;
-  detail::remap_topk_body_dispatch(logits, row_stride, num_rows, num_valid, bins, ranks, p, ids, weights);
-  return status::success;
+  return remap_topk(batch_ref<T, IdT>{logits, row_stride, num_rows, num_valid, ids, weights}, bins, ranks, p);
 }
 
 /// The whole Lynx step: affinity_bin, score_experts, remap_topk (the same results, with each
 /// row loaded once).
 template <class T, class IdT>
-status route(const T* logits, std::int64_t row_stride, int num_rows, int num_valid,
-             const route_params& p, IdT* ids, float* weights) {
-  if (const status s = check(p, num_rows, row_stride, num_valid, {logits, ids, weights});
+status route(const batch_ref<T, IdT>& batch, const route_params& p) {
+  if (const status s = check(p, batch.num_rows, batch.row_stride, batch.valid, {batch.logits, batch.ids, batch.weights});
       s != status::success)
     return s;
-  if (num_rows == 0 || num_valid == 0) return status::success;
   if (p.kind != policy::lynx)  // the other policies need no bins or scores
-    return remap_topk<T, IdT>(logits, row_stride, num_rows, num_valid, nullptr, nullptr, p, ids, weights);
-  detail::route_body_dispatch(logits, row_stride, num_rows, num_valid, p, ids, weights);
+    return remap_topk(batch, nullptr, nullptr, p);
+  const int num_valid = valid_rows(batch.valid, batch.num_rows);
+  if (num_valid == 0) return status::success;
+  detail::route_body_dispatch(batch.logits, batch.row_stride, batch.num_rows, num_valid, p, batch.pinned, batch.ids,
+                              batch.weights);
   return status::success;
+}
+
+template <class T, class IdT>
+status route(const T* logits, std::int64_t row_stride, int num_rows, int num_valid,
+             const route_params& p, IdT* ids, float* weights) {
+  return route(batch_ref<T, IdT>{logits, row_stride, num_rows, num_valid, ids, weights}, p);
 }
 
 /// SPEC §4, the baseline router: plain top-k with the model's weighting; non-voting rows as
 /// SPEC §5 says (the set the batch loads is the union of the voting rows' top-k).
+/// (batch.pinned is ignored: every row keeps its plain top-k.)
+template <class T, class IdT>
+status topk_route(const batch_ref<T, IdT>& batch, const route_params& p) {
+  if (const status s = check(p, batch.num_rows, batch.row_stride, batch.valid, {batch.logits, batch.ids, batch.weights});
+      s != status::success)
+    return s;
+  const int num_valid = valid_rows(batch.valid, batch.num_rows);
+  if (num_valid == 0) return status::success;
+  detail::topk_route_body_dispatch(batch.logits, batch.row_stride, batch.num_rows, num_valid, p, batch.ids,
+                                   batch.weights);
+  return status::success;
+}
+
 template <class T, class IdT>
 status topk_route(const T* logits, std::int64_t row_stride, int num_rows, int num_valid,
                   const route_params& p, IdT* ids, float* weights) {
-  if (const status s = check(p, num_rows, row_stride, num_valid, {logits, ids, weights});
-      s != status::success)
-    return s;
-  if (num_rows == 0 || num_valid == 0) return status::success;
-  detail::topk_route_body_dispatch(logits, row_stride, num_rows, num_valid, p, ids, weights);
-  return status::success;
+  return topk_route(batch_ref<T, IdT>{logits, row_stride, num_rows, num_valid, ids, weights}, p);
 }
 
 }  // namespace host

@@ -1,8 +1,11 @@
 #pragma once
 // Lynx: batch-aware expert selection for MoE decode (Gupta et al., arXiv 2411.08982).
-// Everything: the device stages and composed step, the baseline router, the host path.
+// Everything: the stages (each header: its warp- and block-level device functions and its
+// launcher), the composed step, the baseline router, the host path.
 
 #include "affinity_bin.cuh"   // IWYU pragma: export
+#include "batch.hpp"          // IWYU pragma: export
+#include "half.hpp"           // IWYU pragma: export
 #include "host.hpp"           // IWYU pragma: export
 #include "measures.hpp"       // IWYU pragma: export
 #include "params.hpp"         // IWYU pragma: export

@@ -8,10 +8,13 @@
 #include <optional>
 #include <string_view>
 
+#include "batch.hpp"
 #include "detail/config.hpp"
-#include "detail/row_math.hpp"
 
 namespace lynx {
+
+/// How the model turns router logits into weights (SPEC §2).
+enum class scoring : int { softmax = 0, sigmoid = 1 };
 
 /// How the active set K (the experts the batch loads) is chosen. Each token then takes its
 /// top-k by logit inside K (SPEC §3.3 step 3), filled from outside K only if K has fewer.
@@ -21,7 +24,8 @@ enum class policy : int {
   budget = 2,     ///< greedy max of the batch's retained router mass under a size limit
 };
 
-/// Everything that defines one routing step, apart from the batch itself.
+/// Everything the model and the policy fix for a routing step; the batch itself is a
+/// batch_ref (batch.hpp).
 struct route_params {
   int num_experts = 0;  ///< N, 2 .. max_experts (any value, not only powers of two)
   int top_k = 0;        ///< k, 1 .. min(N, max_top_k)
@@ -43,20 +47,7 @@ struct route_params {
   int budget_experts = 0;
   float budget_fraction = 0.0f;
   float budget_mass = 0.0f;
-  /// Optional per-row mask (host memory for lynx::host, device memory for the launchers):
-  /// nonzero rows (prefill or chunked-prefill tokens) keep their plain top-k; their experts
-  /// join K, so the other tokens may use them. A budget limit counts them, and when they alone
-  /// exceed it, K is just them.
-  const std::uint8_t* pinned = nullptr;
-};
-
-/// The number of valid rows B: an immediate, or a device pointer that a CUDA graph replay
-/// may change without re-capture (FlashInfer style). Rows B .. num_rows-1 are padding.
-struct token_count {
-  int value = 0;
-  const int* device_ptr = nullptr;
-  token_count(int v) : value(v) {}  // NOLINT: an int converts implicitly
-  token_count(const int* p) : device_ptr(p) {}  // NOLINT
+  // Rows that must keep their plain top-k are the batch's, not the model's: batch_ref::pinned.
 };
 
 /// Why a call cannot run (CUTLASS style: a small enum with a string each).

@@ -1,71 +1,79 @@
 #pragma once
-// lynx::remap_topk: SPEC §3.3 on the device, from the outputs of affinity_bin and score_experts.
+// lynx::remap_topk: SPEC §3.3 from the outputs of affinity_bin and score_experts. The warp- and
+// block-level device functions (warp/remap_topk.cuh, block/active_set.cuh, block/budget.cuh)
+// for a caller's own kernels, and the launcher.
 
 #include <cuda_runtime.h>
 
-#include "detail/dispatch.hpp"
-#include "detail/kernels.cuh"
-#include "detail/workspace.hpp"
+#include "batch.hpp"
+#include "block/active_set.cuh"
+#include "block/budget.cuh"
+#include "detail/device/dispatch.hpp"
+#include "detail/device/kernels.cuh"
+#include "detail/device/workspace.hpp"
+#include "half.hpp"
 #include "params.hpp"
+#include "warp/remap_topk.cuh"
 
 namespace lynx {
 namespace detail {
 
-// Launches remap_topk's kernels on carved scratch (shared by remap_topk and route).
-template <class T, class IdT>
-cudaError_t launch_remap(const remap_workspace& ws, const T* logits, std::int64_t row_stride,
-                         int num_rows, token_count valid, const std::int8_t* bins,
-                         const std::int32_t* ranks, const route_params& p, IdT* ids,
-                         float* weights, cudaStream_t stream) {
-  const int n = p.num_experts, blocks = warp_row_blocks(num_rows);
-  if (const cudaError_t e = cudaMemsetAsync(ws.flags, 0, 4 * sizeof(std::uint32_t) * n, stream); e != cudaSuccess)
+// remap_topk's kernels on carved scratch (shared by remap_topk and route's per-stage path).
+inline cudaError_t launch_remap(const remap_workspace& ws, const any_batch& batch, const std::int8_t* bins,
+                                const std::int32_t* ranks, const route_params& p, cudaStream_t stream) {
+  const int blocks = warp_row_blocks(batch.num_rows);
+  if (const cudaError_t e = cudaMemsetAsync(ws.sets, 0, 4 * set_words * sizeof(std::uint32_t), stream); e != cudaSuccess)
     return e;
-  const batch_state st{ws.in_active(), ws.in_plain(), ws.in_final(), ws.anchors(), ws.votes, ws.row_mass};
-  return dispatch_expert_tier(n, [&](auto max_n) {
-    constexpr int MaxN = decltype(max_n)::value;
-    select_kernel<T, MaxN><<<blocks, warp_block_threads, 0, stream>>>(logits, row_stride, num_rows, valid, bins,
-                                                                       ranks, p, st);
+  return dispatch_tier(choose_tier(p.num_experts, p.top_k), [&](auto max_n, auto max_k) {
+    constexpr int MaxN = decltype(max_n)::value, K = decltype(max_k)::value;
+    select_kernel<MaxN, K><<<blocks, warp_block_threads, 0, stream>>>(batch, bins, ranks, p, ws);
     if (p.kind == policy::budget)
-      budget_kernel<T><<<1, 1024, 0, stream>>>(logits, row_stride, num_rows, p, st, ws.share, ws.top);
+      budget_kernel<MaxN, K><<<1, budget_threads, 0, stream>>>(batch, p, ws);
     else if (p.anchor_top1)
-      merge_flags_kernel<<<1, 1024, 0, stream>>>(ws.anchors(), n, ws.in_active());
-    final_kernel<T, IdT, MaxN><<<blocks, warp_block_threads, 0, stream>>>(logits, row_stride, num_rows, p, st, ids,
-                                                                           weights);
-    finish_kernel<T, IdT, MaxN><<<blocks, warp_block_threads, 0, stream>>>(logits, row_stride, num_rows, p, st, ids,
-                                                                            weights);
+      merge_anchors_kernel<><<<1, 32, 0, stream>>>(ws);
+    final_kernel<MaxN, K><<<blocks, warp_block_threads, 0, stream>>>(batch, p, ws);
+    finish_kernel<K><<<blocks, warp_block_threads, 0, stream>>>(batch, p, ws);
     return cudaGetLastError();
   });
 }
 
 }  // namespace detail
 
-/// Final experts and weights [num_rows x k] (SPEC §3.3, with the never-worse guard of step 5;
-/// non-voting rows as SPEC §5 says). Only the lynx policy reads bins and ranks (others may
-/// pass null). CUB-style workspace: with workspace == nullptr only workspace_bytes is
+/// Final experts and weights [num_rows x k] of a batch (SPEC §3.3, with the never-worse guard
+/// of step 5; non-voting rows as SPEC §5 says). Only the lynx policy reads bins and ranks (others
+/// may pass null). CUB-style workspace: with workspace == nullptr only workspace_bytes is
 /// computed and no data pointer is looked at. No allocation, no synchronization,
 /// graph-capturable.
 template <class T, class IdT>
-cudaError_t remap_topk(void* workspace, std::size_t& workspace_bytes, const T* logits,
-                       std::int64_t row_stride, int num_rows, token_count valid,
+cudaError_t remap_topk(void* workspace, std::size_t& workspace_bytes, const batch_ref<T, IdT>& batch,
                        const std::int8_t* bins, const std::int32_t* ranks, const route_params& p,
-                       IdT* ids, float* weights, cudaStream_t stream = 0) {
-  if (const status s = check(p, num_rows, row_stride, valid); s != status::success)
+                       cudaStream_t stream = 0) {
+  if (const status s = check(p, batch.num_rows, batch.row_stride, batch.valid); s != status::success)
     return detail::to_cuda_error(s);
   detail::workspace_carver carver(workspace);
-  const detail::remap_workspace ws(carver, num_rows, p.num_experts, p.top_k, p.kind == policy::budget);
+  const detail::remap_workspace ws(carver, batch.num_rows, p.num_experts, p.top_k, p.kind == policy::budget);
   if (!workspace) {
     workspace_bytes = carver.required_bytes();
     return cudaSuccess;
   }
   if (!carver.fits(workspace_bytes)) return cudaErrorInvalidValue;
-  if (!has_rows(num_rows, valid)) return cudaSuccess;
+  if (!has_rows(batch.num_rows, batch.valid)) return cudaSuccess;
   const bool lynx_policy = p.kind == policy::lynx;
-  if (const status s = check_pointers({logits, ids, weights, lynx_policy ? static_cast<const void*>(bins) : logits,
-                                       lynx_policy ? static_cast<const void*>(ranks) : logits});
+  if (const status s = check_pointers({batch.logits, batch.ids, batch.weights,
+                                       lynx_policy ? static_cast<const void*>(bins) : batch.logits,
+                                       lynx_policy ? static_cast<const void*>(ranks) : batch.logits});
       s != status::success)
     return detail::to_cuda_error(s);
-  return detail::launch_remap(ws, logits, row_stride, num_rows, valid, bins, ranks, p, ids,
-                              weights, stream);
+  return detail::launch_remap(ws, detail::any_batch::of(batch), bins, ranks, p, stream);
+}
+
+template <class T, class IdT>
+cudaError_t remap_topk(void* workspace, std::size_t& workspace_bytes, const T* logits,
+                       std::int64_t row_stride, int num_rows, token_count valid,
+                       const std::int8_t* bins, const std::int32_t* ranks, const route_params& p,
+                       IdT* ids, float* weights, cudaStream_t stream = 0) {
+  return remap_topk(workspace, workspace_bytes, batch_ref<T, IdT>{logits, row_stride, num_rows, valid, ids, weights},
+                    bins, ranks, p, stream);
 }
 
 }  // namespace lynx

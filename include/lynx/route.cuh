@@ -4,60 +4,68 @@
 #include <cuda_runtime.h>
 
 #include "affinity_bin.cuh"
-#include "detail/dispatch.hpp"
-#include "detail/workspace.hpp"
+#include "batch.hpp"
+#include "detail/device/dispatch.hpp"
+#include "detail/device/workspace.hpp"
 #include "remap_topk.cuh"
 #include "score_experts.cuh"
 
 namespace lynx {
 
-/// Routes rows [0, num_rows) of logits (row-major, row_stride >= N; float, __half or
+/// Routes a batch: rows [0, num_rows) of logits (row-major, row_stride >= N; float, __half or
 /// __nv_bfloat16) to k experts each, writing ids [num_rows x k] (int32_t or int64_t) and fp32
-/// weights [num_rows x k]. Rows >= valid are padding (SPEC §5).
+/// weights [num_rows x k]. Rows >= valid are padding (SPEC §5); pinned rows keep their plain
+/// top-k.
 ///
 /// CUB-style: with workspace == nullptr only workspace_bytes is computed; the data pointers are
 /// not looked at (they may be null), but the parameters and shapes are checked. No allocation,
 /// no synchronization, graph-capturable, deterministic. Returns cudaErrorInvalidValue (nothing
 /// written) when lynx::check rejects the arguments or workspace_bytes is too small. Up to 512
-/// rows and 512 experts the whole step is one kernel launch (one block); larger calls run the
-/// stages' kernels in turn.
+/// rows and 512 experts (k <= 16) the whole step is one kernel launch of one block; larger calls
+/// run the stages' kernels in turn.
 template <class T, class IdT>
-cudaError_t route(void* workspace, std::size_t& workspace_bytes, const T* logits,
-                  std::int64_t row_stride, int num_rows, token_count valid, const route_params& p,
-                  IdT* ids, float* weights, cudaStream_t stream = 0) {
-  if (const status s = check(p, num_rows, row_stride, valid); s != status::success)
+cudaError_t route(void* workspace, std::size_t& workspace_bytes, const batch_ref<T, IdT>& batch,
+                  const route_params& p, cudaStream_t stream = 0) {
+  if (const status s = check(p, batch.num_rows, batch.row_stride, batch.valid); s != status::success)
     return detail::to_cuda_error(s);
   detail::workspace_carver carver(workspace);
   const bool lynx_policy = p.kind == policy::lynx;
-  const detail::route_workspace ws(carver, num_rows, p.num_experts, p.top_k, lynx_policy,
+  const detail::route_workspace ws(carver, batch.num_rows, p.num_experts, p.top_k, lynx_policy,
                                    p.kind == policy::budget);
   if (!workspace) {
     workspace_bytes = carver.required_bytes();
     return cudaSuccess;
   }
   if (!carver.fits(workspace_bytes)) return cudaErrorInvalidValue;
-  if (!has_rows(num_rows, valid)) return cudaSuccess;
-  if (const status s = check_pointers({logits, ids, weights}); s != status::success)
+  if (!has_rows(batch.num_rows, batch.valid)) return cudaSuccess;
+  if (const status s = check_pointers({batch.logits, batch.ids, batch.weights}); s != status::success)
     return detail::to_cuda_error(s);
-  if (detail::choose_route_path(num_rows, p.num_experts) == detail::route_path::fused) {
+  const int tier = detail::choose_tier(p.num_experts, p.top_k);
+  if (detail::choose_route_path(batch.num_rows, p.num_experts, p.top_k) == detail::route_path::fused) {
     // Decode sizes: the whole step in one launch (one block; no host sync, no allocation).
-    return detail::dispatch_expert_tier<detail::fused_max_experts>(p.num_experts, [&](auto max_n) {
-      constexpr int MaxN = decltype(max_n)::value;
-      detail::fused_route_kernel<T, IdT, MaxN><<<1, detail::fused_threads, 0, stream>>>(
-          logits, row_stride, num_rows, valid, p, ws.bins, ws.remap.share, ws.remap.top, ids, weights);
+    return detail::dispatch_tier<detail::fused_max_experts>(tier, [&](auto max_n, auto max_k) {
+      constexpr int MaxN = decltype(max_n)::value, K = decltype(max_k)::value;
+      detail::fused_route_kernel<MaxN, K>
+          <<<1, detail::fused_threads(MaxN), 0, stream>>>(detail::any_batch::of(batch), p, ws.remap);
       return cudaGetLastError();
     });
   }
   if (lynx_policy) {  // the other policies need no bins or scores
-    if (cudaError_t e = affinity_bin(logits, row_stride, num_rows, valid, p, ws.bins, stream);
+    if (cudaError_t e = affinity_bin(batch.logits, batch.row_stride, batch.num_rows, batch.valid, p, ws.bins, stream);
         e != cudaSuccess)
       return e;
-    if (cudaError_t e = score_experts(ws.bins, num_rows, p, ws.counts, ws.ranks, stream);
-        e != cudaSuccess)
+    if (cudaError_t e = score_experts(ws.bins, batch.num_rows, p, ws.counts, ws.ranks, stream); e != cudaSuccess)
       return e;
   }
-  return detail::launch_remap(ws.remap, logits, row_stride, num_rows, valid, ws.bins, ws.ranks, p,
-                              ids, weights, stream);
+  return detail::launch_remap(ws.remap, detail::any_batch::of(batch), ws.bins, ws.ranks, p, stream);
+}
+
+template <class T, class IdT>
+cudaError_t route(void* workspace, std::size_t& workspace_bytes, const T* logits, std::int64_t row_stride,
+                  int num_rows, token_count valid, const route_params& p, IdT* ids, float* weights,
+                  cudaStream_t stream = 0) {
+  return route(workspace, workspace_bytes, batch_ref<T, IdT>{logits, row_stride, num_rows, valid, ids, weights}, p,
+               stream);
 }
 
 }  // namespace lynx

@@ -62,11 +62,11 @@ void expect_weights_close(const std::vector<float>& got, const std::vector<float
 }
 
 /// lynx::route on the device for host data: upload, workspace, launch, sync, download.
-/// `p.pinned`, if set, must already point to device memory. Call it inside
+/// `pinned`, if set, must already point to device memory. Call it inside
 /// ASSERT_NO_FATAL_FAILURE: on a failed call, ids and weights are left empty.
 template <class T, class IdT>
 void device_route(const std::vector<T>& L, int rows, int b, const lynx::route_params& p, std::vector<IdT>& ids,
-                  std::vector<float>& weights) {
+                  std::vector<float>& weights, const std::uint8_t* pinned = nullptr) {
   auto d_L = to_device(L);
   thrust::device_vector<IdT> d_ids(static_cast<std::size_t>(rows) * p.top_k, IdT(-5));
   thrust::device_vector<float> d_w(d_ids.size(), -5.0f);
@@ -74,9 +74,10 @@ void device_route(const std::vector<T>& L, int rows, int b, const lynx::route_pa
   const cudaError_t query = lynx::route<T, IdT>(nullptr, bytes, nullptr, p.num_experts, rows, b, p, nullptr, nullptr);
   ASSERT_EQ(query, cudaSuccess);
   thrust::device_vector<char> ws(bytes);
-  ASSERT_EQ(lynx::route(thrust::raw_pointer_cast(ws.data()), bytes, thrust::raw_pointer_cast(d_L.data()), p.num_experts,
-                        rows, b, p, thrust::raw_pointer_cast(d_ids.data()), thrust::raw_pointer_cast(d_w.data())),
-            cudaSuccess);
+  const lynx::batch_ref<T, IdT> batch{thrust::raw_pointer_cast(d_L.data()), p.num_experts, rows, b,
+                                      thrust::raw_pointer_cast(d_ids.data()), thrust::raw_pointer_cast(d_w.data()),
+                                      pinned};
+  ASSERT_EQ(lynx::route(thrust::raw_pointer_cast(ws.data()), bytes, batch, p), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   ids = to_host(d_ids);
   weights = to_host(d_w);
@@ -90,19 +91,24 @@ void compare_with_host(entry which, const std::vector<float>& Lf, int rows, int 
   const int k = p.top_k;
   std::vector<IdT> want_ids(static_cast<std::size_t>(rows) * k, IdT(-5));
   std::vector<float> want_w(static_cast<std::size_t>(rows) * k, -5.0f);
-  const auto host_call = which == entry::route ? lynx::host::route<T, IdT> : lynx::host::topk_route<T, IdT>;
-  ASSERT_EQ(host_call(L.data(), p.num_experts, rows, b, p, want_ids.data(), want_w.data()), lynx::status::success);
+  const lynx::batch_ref<T, IdT> host_batch{L.data(), p.num_experts, rows, b, want_ids.data(), want_w.data()};
+  ASSERT_EQ(which == entry::route ? lynx::host::route(host_batch, p) : lynx::host::topk_route(host_batch, p),
+            lynx::status::success);
 
   auto d_L = to_device(L);
   thrust::device_vector<IdT> d_ids(want_ids.size(), IdT(-5));
   thrust::device_vector<float> d_w(want_w.size(), -5.0f);
-  const auto dev_call = which == entry::route ? lynx::route<T, IdT> : lynx::topk_route<T, IdT>;
+  const auto dev_call = [which](void* ws, std::size_t& bytes, const lynx::batch_ref<T, IdT>& batch,
+                                const lynx::route_params& q) {
+    return which == entry::route ? lynx::route(ws, bytes, batch, q) : lynx::topk_route(ws, bytes, batch, q);
+  };
   std::size_t bytes = 0;
-  ASSERT_EQ(dev_call(nullptr, bytes, nullptr, p.num_experts, rows, b, p, nullptr, nullptr, 0), cudaSuccess);
+  ASSERT_EQ(dev_call(nullptr, bytes, lynx::batch_ref<T, IdT>{nullptr, p.num_experts, rows, b}, p), cudaSuccess);
   thrust::device_vector<char> ws(bytes);
-  ASSERT_EQ(dev_call(thrust::raw_pointer_cast(ws.data()), bytes, thrust::raw_pointer_cast(d_L.data()),
-                     p.num_experts, rows, b, p, thrust::raw_pointer_cast(d_ids.data()),
-                     thrust::raw_pointer_cast(d_w.data()), 0),
+  ASSERT_EQ(dev_call(thrust::raw_pointer_cast(ws.data()), bytes,
+                     lynx::batch_ref<T, IdT>{thrust::raw_pointer_cast(d_L.data()), p.num_experts, rows, b,
+                                             thrust::raw_pointer_cast(d_ids.data()), thrust::raw_pointer_cast(d_w.data())},
+                     p),
             cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   ASSERT_EQ(to_host(d_ids), want_ids) << "N " << p.num_experts << " k " << k << " B " << b;
@@ -181,17 +187,17 @@ TEST(Device, PoliciesMatchHost) {
         std::vector<std::uint8_t> pinned(rows, 0);
         if (with_pinned)
           for (int t = 0; t < rows; t += 3) pinned[t] = 1;
-        auto host_p = p;
-        host_p.pinned = with_pinned ? pinned.data() : nullptr;
         std::vector<int> want(rows * k);
         std::vector<float> want_w(rows * k);
-        ASSERT_EQ(lynx::host::route(L.data(), n, rows, rows, host_p, want.data(), want_w.data()), lynx::status::success);
+        ASSERT_EQ(lynx::host::route(lynx::batch_ref<float, int>{L.data(), n, rows, rows, want.data(), want_w.data(),
+                                                                with_pinned ? pinned.data() : nullptr},
+                                    p),
+                  lynx::status::success);
         auto d_pinned = to_device(pinned);
-        auto dev_p = p;
-        dev_p.pinned = with_pinned ? thrust::raw_pointer_cast(d_pinned.data()) : nullptr;
         std::vector<int> got;
         std::vector<float> got_w;
-        ASSERT_NO_FATAL_FAILURE(device_route(L, rows, rows, dev_p, got, got_w));
+        ASSERT_NO_FATAL_FAILURE(
+            device_route(L, rows, rows, p, got, got_w, with_pinned ? thrust::raw_pointer_cast(d_pinned.data()) : nullptr));
         EXPECT_EQ(got, want) << "N " << n << " policy " << static_cast<int>(c.kind) << " pinned " << with_pinned;
         expect_weights_close(got_w, want_w, "policy weights");
       }

@@ -15,6 +15,7 @@
 #include <set>
 #include <vector>
 
+#include <lynx/half.hpp>
 #include <lynx/host.hpp>
 #include <lynx/measures.hpp>
 
@@ -92,12 +93,15 @@ void run(reader& in, lynx::route_params p, int rows, int valid, int stride) {
   const float scale = std::ldexp(1.0f, static_cast<int>(in.byte() % 16) - 6);
   std::vector<T> L(static_cast<std::size_t>(std::max(rows, 1)) * stride);
   for (auto& x : L) x = convert<T>(logit(in, offset, scale));
-  std::vector<std::uint8_t> pinned(rows, 0);
+  std::vector<std::uint8_t> pinned_rows(rows, 0);
+  const std::uint8_t* pinned = nullptr;
   if (in.byte() % 4 == 0) {
-    for (auto& x : pinned) x = in.byte() % 3 == 0;
-    p.pinned = pinned.data();
+    for (auto& x : pinned_rows) x = in.byte() % 3 == 0;
+    pinned = pinned_rows.data();
   }
   static const lynx::route_params* cp;
+  static const std::uint8_t* c_pinned;
+  c_pinned = pinned;
   static const std::vector<T>* cl;
   static int c_rows, c_valid, c_stride;
   cp = &p, cl = &L, c_rows = rows, c_valid = valid, c_stride = stride;
@@ -108,9 +112,9 @@ void run(reader& in, lynx::route_params p, int rows, int valid, int stride) {
                  "budget %d/%g/%g rows %d valid %d stride %d pinned %d\n",
                  q.num_experts, q.top_k, q.alpha, q.beta, q.score == lynx::scoring::sigmoid, q.renormalize,
                  q.anchor_top1, q.pad_with_sentinel, q.sentinel_id, static_cast<int>(q.kind), q.keep_k,
-                 q.budget_experts, q.budget_fraction, q.budget_mass, c_rows, c_valid, c_stride, q.pinned != nullptr);
+                 q.budget_experts, q.budget_fraction, q.budget_mass, c_rows, c_valid, c_stride, c_pinned != nullptr);
     for (int t = 0; t < c_rows; ++t) {
-      std::fprintf(stderr, "row %d%s:", t, q.pinned && q.pinned[t] ? " (pinned)" : "");
+      std::fprintf(stderr, "row %d%s:", t, c_pinned && c_pinned[t] ? " (pinned)" : "");
       for (int e = 0; e < q.num_experts; ++e)
         std::fprintf(stderr, " %.9g", to_float((*cl)[static_cast<std::size_t>(t) * c_stride + e]));
       std::fprintf(stderr, "\n");
@@ -120,12 +124,15 @@ void run(reader& in, lynx::route_params p, int rows, int valid, int stride) {
   std::vector<IdT> ids(nk, IdT(-77)), ids2(nk, IdT(-77)), plain(nk), staged(nk, IdT(-77));
   std::vector<float> w(nk, -77.0f), w2(nk, -77.0f), plain_w(nk), staged_w(nk, -77.0f);
 
-  FUZZ_CHECK(lynx::host::route(L.data(), stride, rows, valid, p, ids.data(), w.data()) == lynx::status::success, "route");
+  using batch = lynx::batch_ref<T, IdT>;
+  FUZZ_CHECK(lynx::host::route(batch{L.data(), stride, rows, valid, ids.data(), w.data(), pinned}, p) ==
+                 lynx::status::success, "route");
   FUZZ_CHECK(lynx::host::topk_route(L.data(), stride, rows, valid, p, plain.data(), plain_w.data()) ==
                  lynx::status::success, "topk_route");
   // Deterministic, and bitwise the same on the portable and the AVX2 code.
   lynx::host::use_simd() = !lynx::host::use_simd();
-  FUZZ_CHECK(lynx::host::route(L.data(), stride, rows, valid, p, ids2.data(), w2.data()) == lynx::status::success, "route");
+  FUZZ_CHECK(lynx::host::route(batch{L.data(), stride, rows, valid, ids2.data(), w2.data(), pinned}, p) ==
+                 lynx::status::success, "route");
   lynx::host::use_simd() = !lynx::host::use_simd();
   FUZZ_CHECK(ids == ids2 && same_bits(w, w2), "AVX2 vs portable");
   // The stages compose to route.
@@ -135,8 +142,8 @@ void run(reader& in, lynx::route_params p, int rows, int valid, int stride) {
     FUZZ_CHECK(lynx::host::affinity_bin(L.data(), stride, rows, valid, p, bins.data()) == lynx::status::success, "bins");
     FUZZ_CHECK(lynx::host::score_experts(bins.data(), rows, p, counts.data(), ranks.data()) == lynx::status::success,
                "score");
-    FUZZ_CHECK(lynx::host::remap_topk(L.data(), stride, rows, valid, bins.data(), ranks.data(), p, staged.data(),
-                                      staged_w.data()) == lynx::status::success, "remap");
+    FUZZ_CHECK(lynx::host::remap_topk(batch{L.data(), stride, rows, valid, staged.data(), staged_w.data(), pinned},
+                                      bins.data(), ranks.data(), p) == lynx::status::success, "remap");
     FUZZ_CHECK(staged == ids && same_bits(staged_w, w), "stages compose to route");
   }
   if (valid == 0) {  // B = 0: nothing written
@@ -190,7 +197,7 @@ void run(reader& in, lynx::route_params p, int rows, int valid, int stride) {
   // near 0 and at 1 above 17): a single token may swap such experts, so it keeps all its mass.
   for (int t = 0; t < rows; ++t) {
     if (!votes[t]) continue;
-    const bool single = voters == 1, pin = p.pinned && p.pinned[t];
+    const bool single = voters == 1, pin = pinned && pinned[t];
     if (!single && !pin) continue;
     if (!pin && p.kind == lynx::policy::budget) {
       const auto m = lynx::measure_batch(L.data() + static_cast<std::size_t>(t) * stride, stride, 1, p,
@@ -210,7 +217,7 @@ void run(reader& in, lynx::route_params p, int rows, int valid, int stride) {
     // Pinned rows keep their plain top-k whatever the limit: their experts may exceed it alone.
     std::set<int> pinned_experts;
     for (int t = 0; t < rows; ++t)
-      if (votes[t] && p.pinned && p.pinned[t])
+      if (votes[t] && pinned && pinned[t])
         for (int i = 0; i < k; ++i) pinned_experts.insert(static_cast<int>(plain[static_cast<std::size_t>(t) * k + i]));
     const int allowed = std::max(limit, static_cast<int>(pinned_experts.size()));
     if (p.budget_experts > 0 || p.budget_fraction > 0.0f)

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include <lynx/half.hpp>
 #include <lynx/host.hpp>
 
 #include "../support/params.hpp"

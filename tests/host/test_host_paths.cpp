@@ -1,5 +1,5 @@
-// The host path's shortcuts (detail/host_rows.hpp) against the definitions they shortcut, and
-// its two instantiations (AVX2 + FMA and portable, detail/host_simd.hpp) against each other.
+// The host path's shortcuts (detail/host/) against the definitions they shortcut, and
+// its two instantiations (AVX2 + FMA and portable, detail/host/simd.hpp) against each other.
 #include <gtest/gtest.h>
 
 #include <cmath>

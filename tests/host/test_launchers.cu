@@ -73,16 +73,16 @@ TEST(Launchers, SizeQueriesNeedNoDataPointers) {
           ASSERT_EQ((lynx::route<float, int>(nullptr, route_bytes, nullptr, n, rows, valid, p, nullptr, nullptr)),
                     cudaSuccess)
               << "N " << n << " rows " << rows;
-          ASSERT_EQ((lynx::topk_route<__nv_bfloat16, std::int64_t>(nullptr, topk_bytes, nullptr, n, rows, valid, p,
+          ASSERT_EQ((lynx::topk_route<float, int>(nullptr, topk_bytes, nullptr, n, rows, valid, p,
                                                                    nullptr, nullptr)),
                     cudaSuccess);
-          ASSERT_EQ((lynx::remap_topk<__half, int>(nullptr, remap_bytes, nullptr, n, rows, valid, nullptr, nullptr, p,
+          ASSERT_EQ((lynx::remap_topk<float, int>(nullptr, remap_bytes, nullptr, n, rows, valid, nullptr, nullptr, p,
                                                    nullptr, nullptr)),
                     cudaSuccess);
           // The sizes are the carved layouts plus the alignment slack.
           d::workspace_carver route_c(nullptr), topk_c(nullptr), remap_c(nullptr);
           d::route_workspace(route_c, rows, n, p.top_k, kind == lynx::policy::lynx, kind == lynx::policy::budget);
-          d::topk_workspace(topk_c, rows, n);
+          d::topk_workspace(topk_c, rows);
           d::remap_workspace(remap_c, rows, n, p.top_k, kind == lynx::policy::budget);
           EXPECT_EQ(route_bytes, route_c.used + d::workspace_alignment - 1);
           EXPECT_EQ(topk_bytes, topk_c.used + d::workspace_alignment - 1);
@@ -319,11 +319,10 @@ TEST(Launchers, WorkspaceRegionsAreAlignedDisjointAndLargeEnough) {
           d::workspace_carver c(base);
           const d::route_workspace ws(c, rows, n, k, lynx_policy, budget);
           ASSERT_TRUE(c.fits(measure.required_bytes()));
-          const std::size_t rn = static_cast<std::size_t>(rows) * n;
-          // What the kernels index in each region (kernels.cuh, remap_topk.cuh, route.cuh).
-          std::vector<region> regions = {
-              of(ws.remap.flags, 4 * static_cast<std::size_t>(n)), of(ws.remap.votes, rows),
-              of(ws.remap.row_mass, rows)};
+          const std::size_t rn = static_cast<std::size_t>(rows) * n, rk = static_cast<std::size_t>(rows) * k;
+          // What the kernels index in each region (detail/device/kernels.cuh, the launchers).
+          std::vector<region> regions = {of(ws.remap.sets, 4 * d::set_words), of(ws.remap.votes, rows),
+                                         of(ws.remap.row_mass, rows), of(ws.remap.plain, rk)};
           if (lynx_policy) {
             regions.push_back(of(ws.bins, rn));
             regions.push_back(of(ws.counts, static_cast<std::size_t>(lynx::max_bins) * n));
@@ -331,39 +330,62 @@ TEST(Launchers, WorkspaceRegionsAreAlignedDisjointAndLargeEnough) {
           }
           if (budget) {
             regions.push_back(of(ws.remap.share, rn));
-            regions.push_back(of(ws.remap.top, static_cast<std::size_t>(rows) * k));
+            regions.push_back(of(ws.remap.top, rk));
+            regions.push_back(of(ws.remap.kth, rows));
           }
           expect_disjoint_and_aligned(regions, base, measure.required_bytes());
-          EXPECT_EQ(ws.remap.in_plain(), ws.remap.flags + n);
-          EXPECT_EQ(ws.remap.anchors(), ws.remap.flags + 3 * n);
+          EXPECT_EQ(ws.remap.plain_set(), ws.remap.sets + d::set_words);
+          EXPECT_EQ(ws.remap.anchors(), ws.remap.sets + 3 * d::set_words);
           d::workspace_carver tc(base);
-          const d::topk_workspace tws(tc, rows, n);
-          expect_disjoint_and_aligned({of(tws.in_plain, n), of(tws.votes, rows)}, base, measure.required_bytes());
+          const d::topk_workspace tws(tc, rows);
+          expect_disjoint_and_aligned({of(tws.state, d::set_words + 1), of(tws.votes, rows)}, base,
+                                      measure.required_bytes());
         }
 }
 
-TEST(Launchers, ExpertTierDispatch) {
-  const auto tier_of = [](int n) { return d::dispatch_expert_tier(n, [](auto t) { return decltype(t)::value; }); };
-  const auto fused_tier_of = [](int n) {
-    return d::dispatch_expert_tier<d::fused_max_experts>(n, [](auto t) { return decltype(t)::value; });
+TEST(Launchers, TierDispatch) {
+  // Every tier holds its shapes; the cheapest one that does is chosen; dispatch_tier reaches it.
+  const auto bounds_of = [](int i) {
+    return d::dispatch_tier(i, [](auto n, auto k) { return std::pair{decltype(n)::value, decltype(k)::value}; });
   };
-  const std::pair<int, int> want[] = {{2, 128}, {8, 128}, {128, 128}, {129, 512}, {160, 512},
-                                      {512, 512}, {513, 1024}, {1024, 1024}};
-  for (const auto& [n, tier] : want) {
-    EXPECT_EQ(tier_of(n), tier) << "N " << n;
-    EXPECT_EQ(d::expert_tier(n), tier) << "N " << n;
-    EXPECT_GE(tier, n);  // every lane's MaxN / 32 keys cover the row
-    if (n <= d::fused_max_experts) EXPECT_EQ(fused_tier_of(n), tier) << "N " << n;
+  for (int i = 0; i < d::num_tiers; ++i) {
+    EXPECT_EQ(bounds_of(i), (std::pair{d::tiers[i].max_n, d::tiers[i].max_k})) << "tier " << i;
+    if (d::tiers[i].max_n <= d::fused_max_experts) {
+      const auto fused = d::dispatch_tier<d::fused_max_experts>(
+          i, [](auto n, auto k) { return std::pair{decltype(n)::value, decltype(k)::value}; });
+      EXPECT_EQ(fused, bounds_of(i)) << "tier " << i;
+    }
   }
+  for (int n = 2; n <= lynx::max_experts; n += (n < 160 ? 1 : 29))
+    for (int k = 1; k <= std::min(n, lynx::max_top_k); ++k) {
+      const int i = d::choose_tier(n, k);
+      ASSERT_GE(d::tiers[i].max_n, n) << "N " << n << " k " << k;
+      ASSERT_GE(d::tiers[i].max_k, k) << "N " << n << " k " << k;
+      for (int j = 0; j < i; ++j)  // no cheaper tier holds it
+        ASSERT_FALSE(d::tiers[j].max_n >= n && d::tiers[j].max_k >= k) << "N " << n << " k " << k;
+    }
+  // The model shapes of bench/bench_shapes.hpp and the SPEC families get a tier of their own
+  // size, not the generic one (which may use the stack).
+  const std::pair<int, int> shapes[] = {{8, 2},    {64, 8},  {64, 6},  {128, 8}, {128, 4}, {160, 6},
+                                        {256, 8},  {512, 10}, {16, 1}, {128, 1}, {384, 8}, {160, 8}, {60, 4}};
+  for (const auto& [n, k] : shapes) EXPECT_NE(d::choose_tier(n, k), d::generic_tier) << "N " << n << " k " << k;
+  EXPECT_EQ(d::tiers[d::choose_tier(64, 6)].max_k, 8);
+  EXPECT_EQ(d::tiers[d::choose_tier(160, 6)].max_n, 256);
+  EXPECT_EQ(d::choose_tier(1024, 8), d::generic_tier);
+  EXPECT_EQ(d::choose_tier(128, 17), d::generic_tier);
 }
 
 TEST(Launchers, RoutePathChoice) {
   using d::route_path;
-  EXPECT_EQ(d::choose_route_path(1, 8), route_path::fused);
-  EXPECT_EQ(d::choose_route_path(512, 512), route_path::fused);
-  EXPECT_EQ(d::choose_route_path(513, 64), route_path::stages);
-  EXPECT_EQ(d::choose_route_path(64, 513), route_path::stages);
-  EXPECT_EQ(d::choose_route_path(64, 1024), route_path::stages);
+  EXPECT_EQ(d::choose_route_path(1, 8, 2), route_path::fused);
+  EXPECT_EQ(d::choose_route_path(512, 512, 16), route_path::fused);
+  EXPECT_EQ(d::choose_route_path(513, 64, 8), route_path::stages);
+  EXPECT_EQ(d::choose_route_path(64, 513, 8), route_path::stages);
+  EXPECT_EQ(d::choose_route_path(64, 1024, 8), route_path::stages);
+  EXPECT_EQ(d::choose_route_path(64, 128, 17), route_path::stages);  // only the generic tier holds k > 16
+  EXPECT_EQ(d::fused_threads(128), 1024);
+  EXPECT_EQ(d::fused_threads(256), 512);
+  EXPECT_EQ(d::fused_threads(512), 512);
   EXPECT_EQ(d::warp_row_blocks(1), 1);
   EXPECT_EQ(d::warp_row_blocks(8), 1);
   EXPECT_EQ(d::warp_row_blocks(9), 2);

@@ -31,9 +31,12 @@ struct routed {
   std::vector<float> w;
 };
 
-routed route(const std::vector<float>& L, int rows, int b, const lynx::route_params& p) {
+routed route(const std::vector<float>& L, int rows, int b, const lynx::route_params& p,
+             const std::uint8_t* pinned = nullptr) {
   routed r{std::vector<int>(static_cast<std::size_t>(rows) * p.top_k), std::vector<float>(static_cast<std::size_t>(rows) * p.top_k)};
-  EXPECT_EQ(lynx::host::route(L.data(), p.num_experts, rows, b, p, r.ids.data(), r.w.data()), lynx::status::success);
+  EXPECT_EQ(lynx::host::route(lynx::batch_ref<float, int>{L.data(), p.num_experts, rows, b, r.ids.data(), r.w.data(), pinned},
+                              p),
+            lynx::status::success);
   return r;
 }
 
@@ -90,8 +93,7 @@ TEST(Pinned, PinnedRowsKeepTheirPlainTopKAndShareTheirExperts) {
   p.keep_k = 1;
   EXPECT_EQ(route(L, 2, 2, p).ids, (std::vector<int>{0, 2, 2, 0}));
   const std::uint8_t pinned[] = {1, 0};
-  p.pinned = pinned;
-  const routed r = route(L, 2, 2, p), base = plain(L, 2, p);
+  const routed r = route(L, 2, 2, p, pinned), base = plain(L, 2, p);
   EXPECT_EQ(r.ids, (std::vector<int>{0, 1, 2, 1}));
   EXPECT_EQ(std::vector<float>(r.w.begin(), r.w.begin() + k), std::vector<float>(base.w.begin(), base.w.begin() + k));
 }
@@ -106,8 +108,7 @@ TEST(Pinned, RandomBatchesNeverChangePinnedRows) {
       auto p = params(n, k, kind);
       p.keep_k = 2;
       p.budget_fraction = kind == lynx::policy::budget ? 0.6f : 0.0f;
-      p.pinned = pinned.data();
-      const routed r = route(L, b, b, p), base = plain(L, b, p);
+      const routed r = route(L, b, b, p, pinned.data()), base = plain(L, b, p);
       expect_valid_rows(r, b, n, k);
       for (int t = 0; t < b; ++t) {
         if (!pinned[t]) continue;

@@ -8,6 +8,7 @@
 #include <set>
 #include <vector>
 
+#include <lynx/half.hpp>
 #include <lynx/host.hpp>
 #include <lynx/measures.hpp>
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 // Forced inline on the host too: the host path compiles its hot loops for AVX2 + FMA behind a
-// runtime check (host_simd.hpp), and only code inlined into those loops gets that target.
+// runtime check (host/simd.hpp), and only code inlined into those loops gets that target.
 #if defined(__CUDACC__)
 #define LYNX_HD __host__ __device__ __forceinline__
 #elif defined(__GNUC__)
@@ -25,5 +25,10 @@ inline constexpr int max_bin_depth = 31;
 inline constexpr int max_bins = max_bin_depth + 1;
 /// Bin value written for every entry of a row that does not vote (padding, or no finite logit).
 inline constexpr std::int8_t no_vote = -128;
+
+namespace detail {
+/// Deepest bin index (as a positive depth): -beta when beta > 0, else the saturation depth.
+LYNX_HD int bin_depth(int beta) { return beta > 0 ? beta : max_bin_depth; }
+}  // namespace detail
 
 }  // namespace lynx

@@ -8,21 +8,12 @@
 #include <cstdint>
 #include <cstring>
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
+#include "../params.hpp"
 #include "config.hpp"
+#include "logit_types.hpp"
 
 namespace lynx {
-
-/// How the model turns router logits into weights (SPEC §2).
-enum class scoring : int { softmax = 0, sigmoid = 1 };
-
 namespace detail {
-
-LYNX_HD float to_float(float x) { return x; }
-LYNX_HD float to_float(__half x) { return __half2float(x); }
-LYNX_HD float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 
 LYNX_HD std::uint32_t float_bits(float x) {
 #if defined(__CUDA_ARCH__)
@@ -60,7 +51,7 @@ LYNX_HD float fma_f32(float a, float b, float c) {
 #if defined(__CUDA_ARCH__)
   return __fmaf_rn(a, b, c);
 #elif defined(__GNUC__)
-  // One vfmadd wherever the function's target has FMA (host_simd.hpp), else libm's fmaf:
+  // One vfmadd wherever the function's target has FMA (host/simd.hpp), else libm's fmaf:
   // the same single rounding either way.
   return __builtin_fmaf(a, b, c);
 #else
@@ -120,9 +111,6 @@ LYNX_HD float exp_f32(float x) {
 }
 
 LYNX_HD float sigmoid(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
-
-/// Deepest bin index (as a positive depth): -beta when beta > 0, else the saturation depth.
-LYNX_HD int bin_depth(int beta) { return beta > 0 ? beta : max_bin_depth; }
 
 /// SPEC §3.1 for one element: q = max(ceil(fp32(alpha * fp32(l - m))), -depth).
 /// The two roundings are part of the definition; there is no a*b+c here to contract.

@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "config.hpp"
+#include "../config.hpp"
 
 namespace lynx {
 namespace detail {
@@ -41,39 +41,48 @@ struct workspace_carver {
   bool fits(std::size_t bytes) const { return bytes >= skip + used; }
 };
 
-/// remap_topk's scratch: per-expert flags (active, plain, final, anchor; uint32 for atomicOr),
-/// per-row vote and mass, and for the budget policy the expert-by-token shares and each
-/// token's k best.
+/// Words of one expert bit set in global scratch (any N up to max_experts).
+inline constexpr int set_words = max_experts / 32;
+
+/// remap_topk's scratch: the four expert bit sets (active, plain, final, anchors; zeroed by
+/// the launcher before use, then set with atomicOr), each row's vote, original mass and plain
+/// top-k keys, and for the budget policy the token-by-expert shares, each token's k best shares
+/// inside K, and the k-th of them.
 struct remap_workspace {
-  std::uint32_t* flags;  // 4 * n, zeroed by the launcher before use
-  std::uint8_t* votes;   // num_rows
-  float* row_mass;       // num_rows
-  float* share;          // n * num_rows (budget only)
-  float* top;            // num_rows * k (budget only)
-  int n;
+  std::uint32_t* sets;    // 4 * set_words
+  std::uint8_t* votes;    // num_rows
+  float* row_mass;        // num_rows
+  std::uint64_t* plain;   // num_rows * k
+  float* share;           // num_rows * n (budget only)
+  float* top;             // num_rows * k (budget only)
+  float* kth;             // num_rows (budget only)
   remap_workspace(workspace_carver& c, int num_rows, int n, int k, bool budget)
-      : flags(c.take<std::uint32_t>(4 * static_cast<std::size_t>(n))),
+      : sets(c.take<std::uint32_t>(4 * set_words)),
         votes(c.take<std::uint8_t>(num_rows)),
         row_mass(c.take<float>(num_rows)),
+        plain(c.take<std::uint64_t>(static_cast<std::size_t>(num_rows) * k)),
         share(c.take<float>(budget ? static_cast<std::size_t>(num_rows) * n : 0)),
         top(c.take<float>(budget ? static_cast<std::size_t>(num_rows) * k : 0)),
-        n(n) {}
-  std::uint32_t* in_active() const { return flags; }
-  std::uint32_t* in_plain() const { return flags + n; }
-  std::uint32_t* in_final() const { return flags + 2 * n; }
-  std::uint32_t* anchors() const { return flags + 3 * n; }
+        kth(c.take<float>(budget ? num_rows : 0)) {}
+  LYNX_HD std::uint32_t* active() const { return sets; }
+  LYNX_HD std::uint32_t* plain_set() const { return sets + set_words; }
+  LYNX_HD std::uint32_t* final_set() const { return sets + 2 * set_words; }
+  LYNX_HD std::uint32_t* anchors() const { return sets + 3 * set_words; }
 };
 
-/// topk_route's scratch: the plain flags and the votes (it only pads).
+/// topk_route's scratch: the plain bit set and the count of finished blocks (zeroed by the
+/// launcher), and the votes (the last block pads the rows that do not vote).
 struct topk_workspace {
-  std::uint32_t* in_plain;  // n, zeroed by the launcher before use
-  std::uint8_t* votes;      // num_rows
-  topk_workspace(workspace_carver& c, int num_rows, int n)
-      : in_plain(c.take<std::uint32_t>(n)), votes(c.take<std::uint8_t>(num_rows)) {}
+  std::uint32_t* state;  // set_words of the plain set, then the block counter
+  std::uint8_t* votes;   // num_rows
+  topk_workspace(workspace_carver& c, int num_rows)
+      : state(c.take<std::uint32_t>(set_words + 1)), votes(c.take<std::uint8_t>(num_rows)) {}
+  LYNX_HD std::uint32_t* plain_set() const { return state; }
+  LYNX_HD std::uint32_t* blocks_done() const { return state + set_words; }
 };
 
-/// route's scratch: the stage outputs, then remap_topk's scratch. The fused path uses only
-/// bins (lynx) and the budget scratch.
+/// route's scratch: the stage outputs of the per-stage path (lynx policy), then remap_topk's
+/// scratch. The fused path uses the plain keys and the budget scratch.
 struct route_workspace {
   std::int8_t* bins;     // num_rows * n
   std::int32_t* counts;  // max_bins * n

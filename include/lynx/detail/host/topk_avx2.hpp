@@ -1,12 +1,12 @@
 #pragma once
-// The host's per-row plain top-k (host_rows.hpp's plain_topk) in AVX2 intrinsics: the candidate
+// The host's per-row plain top-k (topk.hpp's plain_topk) in AVX2 intrinsics: the candidate
 // selection (which also counts) and the candidate ranks are 8 experts per instruction, where the
 // portable loops compile to one expert per few instructions (a compaction does not auto-vectorize).
 // Same candidates, same ranks, bitwise the same keys out.
 
 #include <cstdint>
 
-#include "host_simd.hpp"
+#include "simd.hpp"
 
 #if LYNX_HOST_DISPATCH
 #include <immintrin.h>

@@ -6,7 +6,7 @@
 // explicit fma_f32), so both versions give bitwise the same results; the AVX2 one is
 // vectorized and has hardware fma where the other calls libm.
 
-#include "config.hpp"
+#include "../config.hpp"
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define LYNX_HOST_DISPATCH 1

@@ -1,0 +1,76 @@
+// lynx_one_call: exactly one routing call on the device, at a model shape, and nothing else on
+// the GPU (no thrust, no warm-up): what a cycle-level simulator's total cycle count should
+// measure. Logits come from the built-in generator (its last layer) at the shape's N; the call's
+// ids are checked against the host path. On a GPU it also prints the CUDA-event time of the one
+// call (cold: launch overhead included; lynx_bench_device is the benchmark).
+//
+//   lynx_one_call ENTRY N K T [lynx|budget]    ENTRY: route | topk_route
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include <lynx/lynx.cuh>
+
+#include "../examples/common/trace.hpp"
+
+int main(int argc, char** argv) {
+  if (argc < 5) {
+    std::fprintf(stderr, "usage: lynx_one_call route|topk_route N K T [lynx|budget]\n");
+    return 2;
+  }
+  const bool topk = std::strcmp(argv[1], "topk_route") == 0;
+  const int n = std::atoi(argv[2]), k = std::atoi(argv[3]), rows = std::atoi(argv[4]);
+  lynx::route_params p = lynx::default_params(n, k);
+  p.renormalize = true;
+  if (argc > 5 && std::strcmp(argv[5], "lynx") == 0) p.kind = lynx::policy::lynx;
+  lynx_examples::generator_options g;
+  g.layers = 8;
+  g.batches = 1;
+  g.batch_tokens = rows;
+  g.num_experts = n;
+  g.top_k = k;
+  const auto tr = lynx_examples::generate_trace(g);
+  const float* host_logits = tr.logits.data() + static_cast<std::size_t>(7) * rows * n;  // the peaked last layer
+
+  std::size_t bytes = 0;
+  const cudaError_t query = topk ? lynx::topk_route<float, int>(nullptr, bytes, nullptr, n, rows, rows, p, nullptr, nullptr)
+                                 : lynx::route<float, int>(nullptr, bytes, nullptr, n, rows, rows, p, nullptr, nullptr);
+  if (query != cudaSuccess) {
+    std::fprintf(stderr, "workspace query: %s\n", cudaGetErrorString(query));
+    return 1;
+  }
+  float *logits = nullptr, *weights = nullptr;
+  int* ids = nullptr;
+  void* ws = nullptr;
+  cudaMalloc(&logits, sizeof(float) * rows * n);
+  cudaMalloc(&weights, sizeof(float) * rows * k);
+  cudaMalloc(&ids, sizeof(int) * rows * k);
+  cudaMalloc(&ws, bytes);
+  cudaMemcpy(logits, host_logits, sizeof(float) * rows * n, cudaMemcpyHostToDevice);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventRecord(start);
+  const cudaError_t e = topk ? lynx::topk_route(ws, bytes, logits, n, rows, rows, p, ids, weights)
+                             : lynx::route(ws, bytes, logits, n, rows, rows, p, ids, weights);
+  cudaEventRecord(stop);
+  if (e != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+    std::fprintf(stderr, "call: %s\n", cudaGetErrorString(e != cudaSuccess ? e : cudaGetLastError()));
+    return 1;
+  }
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  std::vector<int> got(static_cast<std::size_t>(rows) * k), want(got.size());
+  std::vector<float> got_w(got.size()), want_w(got.size());
+  cudaMemcpy(got.data(), ids, sizeof(int) * got.size(), cudaMemcpyDeviceToHost);
+  const lynx::status s = topk ? lynx::host::topk_route(host_logits, n, rows, rows, p, want.data(), want_w.data())
+                              : lynx::host::route(host_logits, n, rows, rows, p, want.data(), want_w.data());
+  const bool same = s == lynx::status::success && got == want;
+  std::printf("%s N=%d k=%d T=%d policy=%s: ids %s the host path's; one call %.1f us (event)\n", argv[1], n, k, rows,
+              topk ? "-" : (p.kind == lynx::policy::lynx ? "lynx" : "budget"), same ? "equal" : "DIFFER from",
+              ms * 1000.0f);
+  return same ? 0 : 1;
+}

@@ -1,0 +1,36 @@
+#pragma once
+// The per-call view of one batch (cuCollections' *_ref idea): what changes every decode step,
+// passed by value to the launchers, the host path and the kernels. route_params holds what the
+// model and the policy fix; this holds the data.
+
+#include <cstdint>
+
+namespace lynx {
+
+/// The number of valid rows B: an immediate, or a device pointer that a CUDA graph replay
+/// may change without re-capture (FlashInfer style). Rows B .. num_rows-1 are padding.
+struct token_count {
+  int value = 0;
+  const int* device_ptr = nullptr;
+  token_count(int v) : value(v) {}              // NOLINT: an int converts implicitly
+  token_count(const int* p) : device_ptr(p) {}  // NOLINT
+};
+
+/// One batch: router logits [num_rows x N] (row-major, row_stride >= N) in, ids and fp32
+/// weights [num_rows x k] out. Non-owning; device memory for the launchers and kernels, host
+/// memory for lynx::host.
+template <class T, class IdT>
+struct batch_ref {
+  const T* logits = nullptr;
+  std::int64_t row_stride = 0;
+  int num_rows = 0;
+  token_count valid = 0;
+  IdT* ids = nullptr;
+  float* weights = nullptr;
+  /// Optional per-row mask: nonzero rows (prefill or chunked-prefill tokens in the same step)
+  /// keep their plain top-k; their experts join K, so the other tokens may use them. A budget
+  /// limit counts them, and when they alone exceed it, K is just them.
+  const std::uint8_t* pinned = nullptr;
+};
+
+}  // namespace lynx

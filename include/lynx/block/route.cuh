@@ -1,0 +1,178 @@
+#pragma once
+// lynx::block_route: the whole Lynx step (SPEC §3, every policy, §5's padding) for a batch that
+// one thread block holds, a warp per row: the composition of the warp- and block-level
+// functions that lynx::route's fused kernel runs, for a caller's own kernel too (a router-GEMM
+// epilogue, a persistent MoE kernel: examples/router_lynx.cu). Phases are separated by
+// __syncthreads; the sets, votes, masses, histogram and ranks stay in the caller's shared
+// memory (TempStorage); each row's plain top-k keys and the budget policy's shares live in
+// global scratch that only this block touches.
+
+#include <cstdint>
+
+#include "../detail/device/batch_rows.cuh"
+#include "../detail/device/warp_ops.cuh"
+#include "../detail/row_math.hpp"
+#include "../params.hpp"
+#include "../warp/affinity_bin.cuh"
+#include "../warp/remap_topk.cuh"
+#include "../warp/row.cuh"
+#include "../warp/topk.cuh"
+#include "active_set.cuh"
+#include "budget.cuh"
+#include "score_experts.cuh"
+
+namespace lynx {
+
+/// block_route's global scratch: plain[t * k + r] (each row's plain top-k keys), and for the
+/// budget policy its shares (block_budget).
+struct route_scratch {
+  std::uint64_t* plain;   // num_rows * k
+  budget_scratch budget;  // budget policy only: share num_rows * n, top num_rows * k, kth num_rows
+};
+
+namespace detail {
+
+__device__ __forceinline__ bool is_pinned(const std::uint8_t* pinned, int t) { return pinned && pinned[t]; }
+
+/// SPEC §3.3 steps 1-2 for one voting row (the plain top-k already known): its share of K.
+/// A pinned row brings its plain top-k; other rows their argmax as an anchor (with the
+/// anchor, and always for the budget policy), their top-keep_k (piggyback), or their z top-k
+/// (lynx; given as a callable, since the bins and ranks live in different places).
+template <int K, class ZTopk>
+__device__ __forceinline__ void select_row(std::uint64_t plain, bool pinned, const route_params& p,
+                                           std::uint32_t* active, std::uint32_t* anchors, ZTopk z_topk) {
+  const int k = p.top_k;
+  if (pinned) {
+    mark_topk(active, plain, k);
+    return;
+  }
+  if (lane_id() == 0 && (p.anchor_top1 || p.kind == policy::budget)) set_bit(anchors, key_expert(plain));
+  if (p.kind == policy::lynx) mark_topk(active, z_topk(), k);
+  else if (p.kind == policy::piggyback) mark_topk(active, plain, p.keep_k);
+}
+
+}  // namespace detail
+
+/// MaxN, K: the tier (N <= MaxN, k <= K); BlockThreads: the block's threads. At most MaxRows
+/// rows (votes and masses are in shared memory).
+template <int MaxN, int K, int BlockThreads, int MaxRows = 512>
+class block_route {
+  using score_t = block_score_experts<MaxN, BlockThreads>;
+  using sets_t = block_active_set<MaxN, BlockThreads>;
+  using budget_t = block_budget<MaxN, K, BlockThreads>;
+
+ public:
+  struct TempStorage {
+    union {
+      typename score_t::TempStorage score;    // lynx policy
+      typename budget_t::TempStorage budget;  // budget policy
+    } policy;
+    typename sets_t::TempStorage sets;
+    std::int16_t rank[MaxN];
+    std::uint8_t votes[MaxRows];
+    float mass[MaxRows];
+  };
+
+  __device__ __forceinline__ explicit block_route(TempStorage& temp) : temp_(temp) {}
+
+  /// Block-collective: routes the batch (a batch_ref, or the library's any_batch) with p,
+  /// writing every row's ids and weights. batch.num_rows <= MaxRows, N <= MaxN, k <= K.
+  template <class Batch>
+  __device__ void run(const Batch& batch, const route_params& p, route_scratch scratch) {
+    using detail::lane_id;
+    constexpr int warps = BlockThreads / 32;
+    const int n = p.num_experts, k = p.top_k, lane = lane_id(), warp = threadIdx.x / 32;
+    const int rows = batch.num_rows, depth = detail::bin_depth(p.beta);
+    const int b = [&] {
+      const int v = batch.valid.device_ptr ? *batch.valid.device_ptr : batch.valid.value;
+      return v < 0 ? 0 : (v > rows ? rows : v);
+    }();
+    const bool lynx_policy = p.kind == policy::lynx;
+    sets_t sets(temp_.sets);
+    score_t score(temp_.policy.score, n, depth + 1);
+    sets.init();
+    if (lynx_policy) score.init();
+    __syncthreads();
+    // With at most a row per warp, each warp keeps its row and plain top-k in registers from
+    // phase to phase (up to 256 experts: 8 keys a lane); otherwise each phase loads its rows
+    // again (the caller's logits, and the plain keys from the scratch).
+    const bool resident = MaxN <= 256 && rows <= warps;
+    warp_row<MaxN> kept;
+    std::uint64_t kept_plain = 0;
+    const auto for_voting_rows = [&](auto&& f) {
+      for (int t = warp; t < rows; t += warps) {
+        if (!temp_.votes[t]) continue;
+        if (resident) {
+          f(t, kept, kept_plain);
+        } else {
+          warp_row<MaxN> row;
+          detail::batch_load(batch, row, t, n, true);
+          f(t, row, lane < k ? scratch.plain[static_cast<std::size_t>(t) * k + lane] : std::uint64_t{0});
+        }
+      }
+    };
+    // Every row: its plain top-k (kept for the final top-k), mass, plain experts, bins.
+    for (int t = warp; t < rows; t += warps) {
+      warp_row<MaxN> row;
+      detail::batch_load(batch, row, t, n, t < b);
+      if (lane == 0) temp_.votes[t] = row.votes();
+      if (!row.votes()) continue;
+      const std::uint64_t plain = warp_topk<K>(row.key, k);
+      if (lane < k) scratch.plain[static_cast<std::size_t>(t) * k + lane] = plain;
+      if (resident) kept = row, kept_plain = plain;
+      mark_topk(sets.plain(), plain, k);
+      const float mass = warp_row_mass<K>(row, plain, k, p.score, p.renormalize);
+      if (lane == 0) temp_.mass[t] = mass;
+      if (lynx_policy) {
+        std::int8_t q[MaxN / 32];
+        warp_affinity_bin(row, p.alpha, depth, q);
+        score.add_row(q);
+      } else {
+        detail::select_row<K>(plain, detail::is_pinned(batch.pinned, t), p, sets.active(), sets.anchors(),
+                              [] { return std::uint64_t{0}; });
+      }
+    }
+    __syncthreads();
+    if (lynx_policy) {  // the ranks, then every row's z top-k
+      score.ranks(b, temp_.rank);
+      for_voting_rows([&](int t, const warp_row<MaxN>& row, std::uint64_t plain) {
+        detail::select_row<K>(plain, detail::is_pinned(batch.pinned, t), p, sets.active(), sets.anchors(), [&] {
+          std::int8_t q[MaxN / 32];
+          warp_affinity_bin(row, p.alpha, depth, q);
+          return warp_z_topk_set<K>(row, q, temp_.rank, plain, k, p.alpha, depth);
+        });
+      });
+      __syncthreads();
+    }
+    if (p.kind == policy::budget) {
+      budget_t(temp_.policy.budget)
+          .run([&](warp_row<MaxN>& row, int t) { detail::batch_load(batch, row, t, n, true); }, rows, temp_.votes,
+               scratch.plain, p, sets.plain(), sets.anchors(), sets.active(), scratch.budget);
+    } else if (p.anchor_top1) {
+      sets.merge_anchors();
+      __syncthreads();
+    }
+    // Every voting row's top-k inside K and its weights.
+    for_voting_rows([&](int t, const warp_row<MaxN>& row, std::uint64_t plain) {
+      const std::uint64_t chosen = warp_topk_in<K>(row, sets.active(), plain, k);
+      mark_topk(sets.final_set(), chosen, k);
+      detail::batch_emit<K>(batch, t, chosen, k, p, temp_.mass[t]);
+    });
+    __syncthreads();
+    const auto decision = sets.decide(n, k);
+    for (int t = warp; t < rows; t += warps) {
+      if (!temp_.votes[t]) {
+        detail::batch_emit_pad(batch, t, decision.pad_ids(), k, p);
+      } else if (decision.fallback()) {
+        const std::uint64_t plain =
+            resident ? kept_plain : (lane < k ? scratch.plain[static_cast<std::size_t>(t) * k + lane] : 0);
+        detail::batch_emit<K>(batch, t, plain, k, p, temp_.mass[t]);
+      }
+    }
+  }
+
+ private:
+  TempStorage& temp_;
+};
+
+}  // namespace lynx

@@ -1,0 +1,117 @@
+#pragma once
+// lynx::block_score_experts: SPEC §3.2 for a batch whose rows a thread block holds, a warp per
+// row: the batch-wide expert histogram in shared memory and every expert's exact rank.
+//
+// counts(j, e) = #{voting rows t : q[t, e] = -j}. H[e] = sum_j counts(j, e) * B^-j is a base-B
+// number whose digits are below B, so comparing two H is comparing their digit vectors from bin 0
+// down: exact, whatever B is. A token compares z only between experts of its own bin, where its
+// support for both is the histogram minus the same one-hot digit, so inside a bin z-order is the
+// order of the full histograms: one integer per expert, rank[e] = #{o : H[o] > H[e]}, carries it
+// (detail/histogram_rank.hpp).
+//
+// Like CUB's block primitives, the caller owns the shared memory: a TempStorage, which it may
+// union with its own once the ranks are out.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../detail/config.hpp"
+#include "../detail/device/warp_ops.cuh"
+#include "../detail/histogram_rank.hpp"
+
+namespace lynx {
+
+/// Exact competition ranks of n histograms: rank[e] = #{o < n : H[o] > H[e]}, for counts given by
+/// count(j, e) (j < nbins; each at most num_rows) anywhere in memory. Block-collective; sort_key
+/// is shared memory for n keys. When every histogram packs into one 64-bit integer (digits of
+/// bit_width(num_rows) bits), ranks compare those; otherwise digit by digit. Several threads
+/// share each expert's comparisons when the block has more threads than experts.
+template <int BlockThreads, class CountFn, class Rank>
+__device__ void block_rank_histograms(CountFn count, int n, int nbins, int num_rows, std::uint64_t* sort_key,
+                                      Rank* rank) {
+  int bits = 1;
+  while (bits < 31 && (1 << bits) <= num_rows) ++bits;
+  const bool packed = bits * nbins <= 64;
+  if (packed)
+    for (int e = threadIdx.x; e < n; e += BlockThreads) {
+      std::uint64_t v = 0;
+      for (int j = 0; j < nbins; ++j) v = (v << bits) | static_cast<std::uint64_t>(count(j, e));
+      sort_key[e] = v;
+    }
+  __syncthreads();
+  // g threads per expert (a power of two within a warp): thread s of a group compares against
+  // o = s, s + g, ..., and the group sums its counts with shuffles.
+  int g = 1;
+  while (g < 32 && 2 * g * n <= BlockThreads) g *= 2;
+  const int s = static_cast<int>(threadIdx.x) % g;
+  for (int base = 0; base < n; base += BlockThreads / g) {
+    const int e = base + static_cast<int>(threadIdx.x) / g;
+    int r = 0;
+    if (e < n) {
+      if (packed) {
+        const std::uint64_t mine = sort_key[e];
+        for (int o = s; o < n; o += g) r += sort_key[o] > mine ? 1 : 0;
+      } else {
+        for (int o = s; o < n; o += g) {
+          int c = 0;
+          for (int j = 0; j < nbins && c == 0; ++j) c = count(j, o) - count(j, e);
+          r += c > 0 ? 1 : 0;
+        }
+      }
+    }
+    for (int w = g / 2; w > 0; w >>= 1) r += __shfl_xor_sync(detail::full_mask, r, w);
+    if (e < n && s == 0) rank[e] = static_cast<Rank>(r);
+  }
+  __syncthreads();
+}
+
+/// The batch-wide histogram of a block's rows, and the ranks. MaxN bounds N; counts fit 16 bits
+/// (num_rows < 65536), two to a word, added with shared-memory atomics.
+template <int MaxN, int BlockThreads>
+class block_score_experts {
+ public:
+  struct TempStorage {
+    std::uint32_t counts[max_bins * MaxN / 2];  // counter (j, e) is half (j * MaxN + e) of the words
+    std::uint64_t sort_key[MaxN];
+  };
+
+  __device__ __forceinline__ block_score_experts(TempStorage& temp, int n, int nbins)
+      : temp_(temp), n_(n), nbins_(nbins) {}
+
+  /// Block-collective: zeroes the counts. Synchronize before add_row.
+  __device__ __forceinline__ void init() {
+    for (int i = threadIdx.x; i < nbins_ * MaxN / 2; i += BlockThreads) temp_.counts[i] = 0;
+  }
+
+  /// Warp-collective: adds one row's bins (warp_affinity_bin's q; lynx::no_vote counts nowhere).
+  __device__ __forceinline__ void add_row(const std::int8_t (&q)[MaxN / 32]) {
+#pragma unroll
+    for (int i = 0; i < MaxN / 32; ++i) {
+      const int e = detail::lane_id() + 32 * i, j = detail::bin_digit(q[i]);
+      if (e < n_ && j >= 0 && j < nbins_)
+        atomicAdd(temp_.counts + (j * MaxN + e) / 2, (e & 1) ? 0x10000u : 1u);
+    }
+  }
+
+  /// counts(j, e), after the adds and a synchronization.
+  __device__ __forceinline__ int count(int j, int e) const {
+    const std::uint32_t w = temp_.counts[(j * MaxN + e) / 2];
+    return static_cast<int>((e & 1) ? w >> 16 : w & 0xFFFFu);
+  }
+
+  /// Block-collective, after the adds and a synchronization: rank[e] for e < n (shared or
+  /// global memory). num_rows bounds every count.
+  template <class Rank>
+  __device__ __forceinline__ void ranks(int num_rows, Rank* rank) {
+    const block_score_experts& self = *this;
+    block_rank_histograms<BlockThreads>([&](int j, int e) { return self.count(j, e); }, n_, nbins_, num_rows,
+                                        temp_.sort_key, rank);
+  }
+
+ private:
+  TempStorage& temp_;
+  int n_, nbins_;
+};
+
+}  // namespace lynx

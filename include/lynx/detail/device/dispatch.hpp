@@ -1,0 +1,90 @@
+#pragma once
+// The host-side decisions of the device launchers, in plain C++ so that tests on a machine
+// without a GPU check them: which compile-time tier (MaxN, K) a kernel is instantiated for,
+// which path lynx::route takes, how many blocks a warp-per-row kernel needs, the error code.
+
+#include <cuda_runtime_api.h>
+
+#include <type_traits>
+
+#include "../../params.hpp"
+#include "../config.hpp"
+
+namespace lynx {
+namespace detail {
+
+inline constexpr int warp_block_threads = 256;  // 8 rows per block in the warp-per-row kernels
+inline constexpr int fused_max_rows = 512;      // the fused path's limits (decode sizes)
+inline constexpr int fused_max_experts = 512;
+
+/// Threads of the fused kernel's one block: 32 warps, or 16 above 128 experts, whose rows need
+/// more registers per lane (no spill within __launch_bounds__).
+LYNX_HD constexpr int fused_threads(int max_n) { return max_n <= 128 ? 1024 : 512; }
+
+/// A compile-time tier: MaxN bounds N (lane j of a row's warp holds MaxN/32 keys), K bounds k
+/// (the top-k rounds unroll K times; the real k may be smaller).
+struct tier {
+  int max_n, max_k;
+};
+
+/// Every tier a kernel is instantiated for, cheapest first. They cover every shape of
+/// bench/bench_shapes.hpp and the SPEC families without local memory; the last one is the
+/// generic fallback for any N <= 1024 and k <= 32, which may use the stack.
+inline constexpr tier tiers[] = {{128, 1}, {128, 2}, {128, 4}, {128, 8}, {256, 8}, {512, 8}, {512, 16}, {1024, 32}};
+inline constexpr int num_tiers = sizeof(tiers) / sizeof(tiers[0]);
+inline constexpr int generic_tier = num_tiers - 1;
+
+/// The cheapest tier that holds (n, k).
+inline constexpr int choose_tier(int n, int k) {
+  for (int i = 0; i < num_tiers; ++i)
+    if (tiers[i].max_n >= n && tiers[i].max_k >= k) return i;
+  return generic_tier;
+}
+
+/// Calls f(std::integral_constant<int, MaxN>{}, std::integral_constant<int, K>{}) for tier i:
+/// runtime (N, k) to compile-time bounds, at one place. Only tiers with MaxN <= Largest are
+/// instantiated (the fused kernel's shared memory is sized for fused_max_experts); a caller must
+/// not pass a larger one (lynx::route's path choice does not).
+template <int Largest = max_experts, class F>
+auto dispatch_tier(int i, F&& f) {
+  using std::integral_constant;
+  const auto at = [&](auto index) {
+    constexpr tier t = tiers[decltype(index)::value];
+    if constexpr (t.max_n <= Largest) {
+      return f(integral_constant<int, t.max_n>{}, integral_constant<int, t.max_k>{});
+    } else {
+      return f(integral_constant<int, tiers[0].max_n>{}, integral_constant<int, tiers[0].max_k>{});
+    }
+  };
+  switch (i) {
+    case 0: return at(integral_constant<int, 0>{});
+    case 1: return at(integral_constant<int, 1>{});
+    case 2: return at(integral_constant<int, 2>{});
+    case 3: return at(integral_constant<int, 3>{});
+    case 4: return at(integral_constant<int, 4>{});
+    case 5: return at(integral_constant<int, 5>{});
+    case 6: return at(integral_constant<int, 6>{});
+    default: return at(integral_constant<int, 7>{});
+  }
+}
+static_assert(num_tiers == 8, "dispatch_tier lists every tier");
+
+/// How lynx::route runs a call: decode sizes in one single-block launch, the rest one kernel
+/// per stage.
+enum class route_path { fused, stages };
+
+inline route_path choose_route_path(int num_rows, int n, int k) {
+  const tier t = tiers[choose_tier(n, k)];
+  return num_rows <= fused_max_rows && t.max_n <= fused_max_experts ? route_path::fused : route_path::stages;
+}
+
+/// Blocks of warp_block_threads for one warp per row.
+inline int warp_row_blocks(int num_rows) {
+  constexpr int rows_per_block = warp_block_threads / 32;
+  return (num_rows + rows_per_block - 1) / rows_per_block;
+}
+
+inline cudaError_t to_cuda_error(status s) { return s == status::success ? cudaSuccess : cudaErrorInvalidValue; }
+
+}  // namespace detail
+}  // namespace lynx

@@ -1,0 +1,224 @@
+#pragma once
+// The library's kernels, each a thin composition of the public warp- and block-level
+// functions (warp/, block/): the fused decode step (one block), the baseline router, and one
+// kernel per stage for any size. Rows are a warp's work; batch-wide state is bit sets and
+// integer counts, so results do not depend on which warp finishes first, and ids and weights
+// are bitwise the host path's.
+
+#include <cub/block/block_histogram.cuh>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "../../batch.hpp"
+#include "../../half.hpp"
+#include "../../block/active_set.cuh"
+#include "../../block/route.cuh"
+#include "../../block/budget.cuh"
+#include "../../block/score_experts.cuh"
+#include "../../params.hpp"
+#include "../../warp/affinity_bin.cuh"
+#include "../../warp/remap_topk.cuh"
+#include "../../warp/row.cuh"
+#include "../../warp/topk.cuh"
+#include "../histogram_rank.hpp"
+#include "dispatch.hpp"
+#include "batch_rows.cuh"
+#include "warp_ops.cuh"
+#include "workspace.hpp"
+
+namespace lynx {
+namespace detail {
+
+// ---------------------------------------------------------------------------------------------
+// The fused path: the whole step in one block (block_route), for num_rows <= 512 and N <= 512.
+
+template <int MaxN, int K>
+__global__ void __launch_bounds__(fused_threads(MaxN), 1)
+    fused_route_kernel(any_batch batch, route_params p, remap_workspace ws) {
+  using route_t = block_route<MaxN, K, fused_threads(MaxN)>;
+  __shared__ typename route_t::TempStorage temp;
+  route_t(temp).run(batch, p, route_scratch{ws.plain, budget_scratch{ws.share, ws.top, ws.kth}});
+}
+
+// ---------------------------------------------------------------------------------------------
+// topk_route: every row's plain top-k and weights, a warp per row across blocks; the last block
+// to finish (a counter, after a fence: CUDA's threadFenceReduction pattern) pads the rows that
+// do not vote from the union of the plain top-k.
+
+template <int MaxN, int K>
+__global__ void __launch_bounds__(warp_block_threads, 1)
+    topk_route_kernel(any_batch batch, route_params p, topk_workspace ws) {
+  constexpr int warps = warp_block_threads / 32;
+  __shared__ typename block_decide<warp_block_threads>::TempStorage decide_temp;
+  __shared__ std::uint32_t plain_s[set_words];
+  __shared__ bool last;
+  const int n = p.num_experts, k = p.top_k, lane = lane_id();
+  const int rows = batch.num_rows, t = blockIdx.x * warps + static_cast<int>(threadIdx.x) / 32;
+  if (t < rows) {
+    warp_row<MaxN> row;
+    batch_load(batch, row, t, n, t < resolve_valid(batch.valid, rows));
+    if (lane == 0) ws.votes[t] = row.votes();
+    if (row.votes()) {
+      const std::uint64_t plain = warp_topk<K>(row.key, k);
+      mark_topk(ws.plain_set(), plain, k);
+      batch_emit<K>(batch, t, plain, k, p, warp_row_mass<K>(row, plain, k, p.score, p.renormalize));
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last = atomicAdd(ws.blocks_done(), 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < set_words; i += warp_block_threads) plain_s[i] = __ldcg(ws.plain_set() + i);
+  __syncthreads();
+  const block_decide<warp_block_threads> decision(decide_temp, plain_s, plain_s, n, k);  // no fallback: pads only
+  for (int r = static_cast<int>(threadIdx.x) / 32; r < rows; r += warps)
+    if (!__ldcg(ws.votes + r)) batch_emit_pad(batch, r, decision.pad_ids(), k, p);
+}
+
+// ---------------------------------------------------------------------------------------------
+// One kernel per stage (any size). State between them lives in the workspace's bit sets and
+// per-row arrays.
+
+template <int MaxN>
+__global__ void __launch_bounds__(warp_block_threads, 1)
+    affinity_bin_kernel(any_batch batch, int n, float alpha, int depth, std::int8_t* bins) {
+  const int t = blockIdx.x * (warp_block_threads / 32) + static_cast<int>(threadIdx.x) / 32;
+  if (t >= batch.num_rows) return;
+  warp_row<MaxN> row;
+  batch_load(batch, row, t, n, t < resolve_valid(batch.valid, batch.num_rows));
+  std::int8_t q[MaxN / 32];
+  warp_affinity_bin(row, alpha, depth, q);
+#pragma unroll
+  for (int i = 0; i < MaxN / 32; ++i) {
+    const int e = warp_row<MaxN>::expert(i);
+    if (e < n) bins[static_cast<std::int64_t>(t) * n + e] = q[i];
+  }
+}
+
+/// SPEC §3.2, a block per expert: cub::BlockHistogram over the expert's column of bins.
+/// Non-voting entries go to an extra bin that is never written out.
+template <int BlockThreads, int Items>
+__global__ void __launch_bounds__(BlockThreads)
+    histogram_kernel(const std::int8_t* bins, int num_rows, int n, int nbins, std::int32_t* counts) {
+  using histogram_t = cub::BlockHistogram<std::uint8_t, BlockThreads, Items, max_bins + 1, cub::BLOCK_HISTO_ATOMIC>;
+  __shared__ typename histogram_t::TempStorage temp;
+  __shared__ unsigned int h[max_bins + 1];
+  for (int e = blockIdx.x; e < n; e += gridDim.x) {
+    histogram_t histogram(temp);
+    histogram.InitHistogram(h);
+    __syncthreads();
+    for (int base = 0; base < num_rows; base += BlockThreads * Items) {
+      std::uint8_t items[Items];
+#pragma unroll
+      for (int i = 0; i < Items; ++i) {
+        const int t = base + static_cast<int>(threadIdx.x) * Items + i;
+        const int j = t < num_rows ? bin_digit(bins[static_cast<std::int64_t>(t) * n + e]) : -1;
+        items[i] = static_cast<std::uint8_t>(j < 0 ? max_bins : j);
+      }
+      histogram.Composite(items, h);
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < nbins; j += BlockThreads) counts[j * n + e] = static_cast<std::int32_t>(h[j]);
+    __syncthreads();
+  }
+}
+
+/// Every expert's exact rank from the counts (block_rank_histograms), one block.
+/// (Templates, like every kernel here, so that a header-only library links from many units.)
+inline constexpr int rank_threads = 1024;
+template <int Threads = rank_threads>
+__global__ void __launch_bounds__(Threads)
+    rank_kernel(const std::int32_t* counts, int n, int nbins, int num_rows, std::int32_t* ranks) {
+  __shared__ std::uint64_t sort_key[max_experts];
+  block_rank_histograms<Threads>([&](int j, int e) { return counts[j * n + e]; }, n, nbins, num_rows, sort_key,
+                                      ranks);
+}
+
+/// SPEC §3.3 steps 1-2, a warp per row: votes, plain top-k, mass, and the row's share of K.
+template <int MaxN, int K>
+__global__ void __launch_bounds__(warp_block_threads, 1)
+    select_kernel(any_batch batch, const std::int8_t* bins, const std::int32_t* ranks, route_params p,
+                  remap_workspace ws) {
+  __shared__ std::int32_t rank_s[MaxN];
+  const int n = p.num_experts, k = p.top_k, lane = lane_id();
+  if (p.kind == policy::lynx)
+    for (int e = threadIdx.x; e < n; e += warp_block_threads) rank_s[e] = ranks[e];
+  __syncthreads();
+  const int rows = batch.num_rows, t = blockIdx.x * (warp_block_threads / 32) + static_cast<int>(threadIdx.x) / 32;
+  if (t >= rows) return;
+  warp_row<MaxN> row;
+  batch_load(batch, row, t, n, t < resolve_valid(batch.valid, rows));
+  if (lane == 0) ws.votes[t] = row.votes();
+  if (!row.votes()) return;
+  const std::uint64_t plain = warp_topk<K>(row.key, k);
+  if (lane < k) ws.plain[static_cast<std::size_t>(t) * k + lane] = plain;
+  mark_topk(ws.plain_set(), plain, k);
+  const float mass = warp_row_mass<K>(row, plain, k, p.score, p.renormalize);
+  if (lane == 0) ws.row_mass[t] = mass;
+  select_row<K>(plain, is_pinned(batch.pinned, t), p, ws.active(), ws.anchors(), [&] {
+    std::int8_t q[MaxN / 32];  // the caller's bins (remap_topk takes them as given)
+#pragma unroll
+    for (int i = 0; i < MaxN / 32; ++i) {
+      const int e = warp_row<MaxN>::expert(i);
+      q[i] = e < n ? bins[static_cast<std::int64_t>(t) * n + e] : no_vote;
+    }
+    return warp_z_topk<K>(row, q, rank_s, k);
+  });
+}
+
+/// The budget greedy of the per-stage path: one block (its steps run in one warp anyway).
+inline constexpr int budget_threads = 256;
+template <int MaxN, int K>
+__global__ void __launch_bounds__(budget_threads, 1) budget_kernel(any_batch batch, route_params p, remap_workspace ws) {
+  using budget_t = block_budget<MaxN, K, budget_threads>;
+  __shared__ typename budget_t::TempStorage temp;
+  const int n = p.num_experts;
+  budget_t(temp).run([&](warp_row<MaxN>& row, int t) { batch_load(batch, row, t, n, true); }, batch.num_rows, ws.votes,
+                     ws.plain, p, ws.plain_set(), ws.anchors(), ws.active(), budget_scratch{ws.share, ws.top, ws.kth});
+}
+
+/// The top-1 anchor for the lynx and piggyback policies: every voting row's argmax joins K.
+template <int Threads = 32>
+__global__ void __launch_bounds__(Threads) merge_anchors_kernel(remap_workspace ws) {
+  for (int i = threadIdx.x; i < set_words; i += Threads) ws.active()[i] |= ws.anchors()[i];
+}
+
+/// SPEC §3.3 steps 3-4, a warp per voting row: its top-k inside K and weights.
+template <int MaxN, int K>
+__global__ void __launch_bounds__(warp_block_threads, 1) final_kernel(any_batch batch, route_params p, remap_workspace ws) {
+  const int n = p.num_experts, k = p.top_k, lane = lane_id();
+  const int t = blockIdx.x * (warp_block_threads / 32) + static_cast<int>(threadIdx.x) / 32;
+  if (t >= batch.num_rows || !ws.votes[t]) return;
+  warp_row<MaxN> row;
+  batch_load(batch, row, t, n, true);
+  const std::uint64_t plain = lane < k ? ws.plain[static_cast<std::size_t>(t) * k + lane] : 0;
+  const std::uint64_t chosen = warp_topk_in<K>(row, ws.active(), plain, k);
+  mark_topk(ws.final_set(), chosen, k);
+  batch_emit<K>(batch, t, chosen, k, p, ws.row_mass[t]);
+}
+
+/// SPEC §3.3 step 5 and §5: every block re-derives the batch decision from the sets (N bits,
+/// cheaper than another launch), then pads its non-voting rows or, on fallback, writes its
+/// voting rows' plain top-k.
+template <int K>
+__global__ void __launch_bounds__(warp_block_threads, 1) finish_kernel(any_batch batch, route_params p, remap_workspace ws) {
+  __shared__ typename block_decide<warp_block_threads>::TempStorage temp;
+  const int k = p.top_k, lane = lane_id();
+  const block_decide<warp_block_threads> decision(temp, ws.plain_set(), ws.final_set(), p.num_experts, k);
+  const int t = blockIdx.x * (warp_block_threads / 32) + static_cast<int>(threadIdx.x) / 32;
+  if (t >= batch.num_rows) return;
+  if (!ws.votes[t]) {
+    batch_emit_pad(batch, t, decision.pad_ids(), k, p);
+  } else if (decision.fallback()) {
+    const std::uint64_t plain = lane < k ? ws.plain[static_cast<std::size_t>(t) * k + lane] : 0;
+    batch_emit<K>(batch, t, plain, k, p, ws.row_mass[t]);
+  }
+}
+
+}  // namespace detail
+}  // namespace lynx

@@ -1,0 +1,143 @@
+#pragma once
+// The host path's budget greedy: the kernels' steps exactly, with lazy gains.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "../../params.hpp"
+#include "../budget.hpp"
+#include "../row_math.hpp"
+#include "topk.hpp"
+
+namespace lynx {
+namespace host {
+namespace detail {
+
+namespace d = lynx::detail;
+
+/// The budget policy's greedy (detail/budget.hpp), from loaded rows x (row t at t * n).
+/// K starts as K0 = the pinned experts, plus the anchors when all of them fit in the limit (the
+/// greedy would take every anchor first anyway), inserted at once; the batch's mass is then
+/// summed token by token. Then the best marginal gain, anchors first when they did not fit,
+/// until the limit, the target mass, or no gain is left; below k experts, the target does not
+/// stop it, and vanished gains leave the rest to fill_from_plain. The kernel evaluates every gain at
+/// every step; here stale gains serve as upper bounds (lazy greedy). Each term of a gain only
+/// shrinks as K grows and fp32 addition is monotone, so a stale sum bounds the fresh one even
+/// in floating point, and the steps, the ties (lower id) and the sums are the kernel's exactly.
+template <class Isa>
+LYNX_HOST_INLINE void budget_greedy(Isa isa, const float* x, const float* row_m,
+                                    const std::uint8_t* votes, int rows, const std::uint8_t* anchors,
+                                    const std::uint64_t* plain, int plain_unique, const route_params& p,
+                                    std::uint8_t* in_active) {
+  const int n = p.num_experts, k = p.top_k;
+  std::vector<int> voters;
+  for (int t = 0; t < rows; ++t)
+    if (votes[t]) voters.push_back(t);
+  const int v = static_cast<int>(voters.size());
+  // share[i * n + e]: token-major, so that the first gains of all experts are one vector pass.
+  std::vector<float> share(static_cast<std::size_t>(v) * n), top(static_cast<std::size_t>(v) * k, 0.0f),
+      kth(v, 0.0f), bound(n, 0.0f);
+  for (int i = 0; i < v; ++i) {
+    const int t = voters[i];
+    const float* xt = x + static_cast<std::size_t>(t) * n;
+    const std::uint64_t* pt = plain + static_cast<std::size_t>(t) * k;
+    float sum = 0.0f;  // plain_activation_sum, over the loaded row
+    for (int j = 0; j < k; ++j) sum += d::activation(xt[d::key_expert(pt[j])], row_m[t], p.score);
+    float* s = share.data() + static_cast<std::size_t>(i) * n;
+    const float mt = row_m[t];
+    if (p.score == scoring::sigmoid)  // d::activation, one loop per scoring so that it vectorizes
+      for (int e = 0; e < n; ++e) s[e] = d::scaled_sigmoid(xt[e], mt) / sum;
+    else
+      for (int e = 0; e < n; ++e) s[e] = d::exp_f32(xt[e] - mt) / sum;
+  }
+  const auto insert = [&](int e) {
+    for (int i = 0; i < v; ++i) {
+      float* ti = top.data() + static_cast<std::size_t>(i) * k;
+      d::share_insert(ti, k, share[static_cast<std::size_t>(i) * n + e]);
+      kth[i] = ti[k - 1];
+    }
+  };
+  const int limit = d::budget_limit(p.budget_experts, p.budget_fraction, plain_unique, n, k);
+  int size = 0, with_anchors = 0;
+  for (int e = 0; e < n; ++e) {
+    size += in_active[e] ? 1 : 0;
+    with_anchors += (in_active[e] || anchors[e]) ? 1 : 0;
+  }
+  const bool bulk = with_anchors <= limit;
+  std::vector<std::uint32_t> mask(n);
+  for (int e = 0; e < n; ++e) {
+    if (bulk && anchors[e]) in_active[e] = 1;
+    mask[e] = in_active[e] ? ~0u : 0u;
+  }
+  if (bulk) size = with_anchors;
+  // Inserting K0's shares one by one leaves each token the k largest positive ones. A share is
+  // exp_f32 or sigmoid of the logit over a per-token sum, and exp_f32 is monotone (checked over
+  // every float), so those are the shares of the token's top-k logits inside K0.
+  if (size > 0) {
+    final_scratch fs(n);
+    std::uint64_t best[max_top_k];
+    const int take = size < k ? size : k;
+    for (int i = 0; i < v; ++i) {
+      const int t = voters[i];
+      const std::size_t at = static_cast<std::size_t>(t) * n;
+      masked_topk(isa, x + at, row_m[t], n, k, mask.data(), fs, best);
+      float* ti = top.data() + static_cast<std::size_t>(i) * k;
+      for (int j = 0; j < take; ++j) {
+        const float sh = share[static_cast<std::size_t>(i) * n + d::key_expert(best[j])];
+        ti[j] = sh > 0.0f ? sh : 0.0f;  // share_insert never takes 0 or NaN
+      }
+      kth[i] = ti[k - 1];
+    }
+  }
+  float total = 0.0f;
+  for (int i = 0; i < v; ++i)
+    for (int j = 0; j < k; ++j) total += top[static_cast<std::size_t>(i) * k + j];
+  const auto gain_of = [&](int e) {
+    float g = 0.0f;
+    for (int i = 0; i < v; ++i) g += d::share_gain(share[static_cast<std::size_t>(i) * n + e], kth[i]);
+    return g;
+  };
+  for (int i = 0; i < v; ++i) {  // every gain, token by token: the same sums as gain_of
+    const float* s = share.data() + static_cast<std::size_t>(i) * n;
+    const float ki = kth[i];
+    for (int e = 0; e < n; ++e) bound[e] += d::share_gain(s[e], ki);
+  }
+  std::vector<int> fresh_at(n, size);  // the K size at which bound[e] was computed
+  const float target = p.budget_mass * static_cast<float>(v);
+  std::vector<std::uint64_t> heap;  // candidates by gain_key of their bound: the argmax in O(log N)
+  for (int phase = bulk ? 1 : 0; phase < 2; ++phase) {
+    heap.clear();
+    for (int e = 0; e < n; ++e)
+      if (!in_active[e] && (phase == 1 || anchors[e])) heap.push_back(d::gain_key(bound[e], e));
+    std::make_heap(heap.begin(), heap.end());
+    // To the limit, or in mass mode to the target, but not below k experts: with fewer, every
+    // token would fill its top-k from outside K, and a count limit would break.
+    while (size < limit && (phase == 0 || size < k || !(p.budget_mass > 0.0f) || total < target)) {
+      int pick = -1;
+      while (!heap.empty()) {
+        std::pop_heap(heap.begin(), heap.end());
+        const int e = d::key_expert(heap.back());
+        heap.pop_back();
+        if (fresh_at[e] == size) {
+          pick = e;
+          break;
+        }
+        bound[e] = gain_of(e);
+        fresh_at[e] = size;
+        heap.push_back(d::gain_key(bound[e], e));
+        std::push_heap(heap.begin(), heap.end());
+      }
+      if (pick < 0 || (phase == 1 && !(bound[pick] > 0.0f))) break;
+      in_active[pick] = 1;
+      ++size;
+      total += bound[pick];
+      insert(pick);
+    }
+  }
+  for (int i = 0; i < v && size < k; ++i)
+    size = d::fill_from_plain(plain + static_cast<std::size_t>(voters[i]) * k, k, in_active, size);
+}
+
+}  // namespace detail
+}  // namespace host
+}  // namespace lynx

@@ -1,0 +1,306 @@
+// The public warp- and block-level device functions, called from test kernels the way an
+// engine calls them from its own kernels (caller-placed TempStorage), against the host path:
+// for every dispatched (MaxN, K) tier, every logit type and both id types. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <random>
+#include <vector>
+
+#include <lynx/lynx.cuh>
+
+#include "../support/random_logits.hpp"
+
+namespace {
+
+namespace d = lynx::detail;
+
+bool has_device() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+#define SKIP_WITHOUT_DEVICE() \
+  if (!has_device()) GTEST_SKIP() << "no CUDA device: device tests run on the accelerator machine"
+
+template <class T>
+T to_logit(float x) {
+  if constexpr (std::is_same_v<T, float>) return x;
+  else if constexpr (std::is_same_v<T, __half>) return __float2half(x);
+  else return __float2bfloat16(x);
+}
+
+/// A device buffer holding a copy of host data (or `count` zero bytes' worth of T).
+template <class T>
+struct dev {
+  T* p = nullptr;
+  std::size_t count = 0;
+  explicit dev(std::size_t n) : count(n) {
+    cudaMalloc(&p, sizeof(T) * (n ? n : 1));
+    cudaMemset(p, 0, sizeof(T) * (n ? n : 1));
+  }
+  explicit dev(const std::vector<T>& v) : dev(v.size()) {
+    if (!v.empty()) cudaMemcpy(p, v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice);
+  }
+  ~dev() { cudaFree(p); }
+  std::vector<T> get() const {
+    std::vector<T> v(count);
+    if (count) cudaMemcpy(v.data(), p, sizeof(T) * count, cudaMemcpyDeviceToHost);
+    return v;
+  }
+};
+
+/// What the warp-level functions give for each row (a warp per row).
+struct warp_out {
+  std::int8_t* bins;           // [rows x n]
+  std::uint64_t* plain;        // [rows x k]: warp_topk of the row's keys
+  float* mass;                 // [rows]: warp_row_mass
+  std::uint64_t* z;            // [rows x k]: warp_z_topk with the given ranks
+  std::uint64_t* inside;       // [rows x k]: warp_topk_in the given active set
+  std::int32_t* ids32;         // [rows x k]: warp_emit of `inside`
+  std::int64_t* ids64;         // [rows x k]: the same, 64-bit ids
+  float* weights;              // [rows x k]
+};
+
+template <int MaxN, int K, class T>
+__global__ void warp_functions_kernel(const T* logits, int rows, lynx::route_params p, const std::int32_t* ranks,
+                                      const std::uint32_t* active, warp_out out) {
+  const int t = blockIdx.x * (blockDim.x / 32) + static_cast<int>(threadIdx.x) / 32, lane = threadIdx.x & 31;
+  if (t >= rows) return;
+  const int n = p.num_experts, k = p.top_k;
+  lynx::warp_row<MaxN> row;
+  row.load(logits + static_cast<std::int64_t>(t) * n, n, true);
+  std::int8_t q[MaxN / 32];
+  lynx::warp_affinity_bin(row, p.alpha, d::bin_depth(p.beta), q);
+  for (int i = 0; i < MaxN / 32; ++i)
+    if (lane + 32 * i < n) out.bins[static_cast<std::int64_t>(t) * n + lane + 32 * i] = q[i];
+  if (!row.votes()) return;
+  const std::uint64_t plain = lynx::warp_topk<K>(row.key, k);
+  const float mass = lynx::warp_row_mass<K>(row, plain, k, p.score, p.renormalize);
+  const std::uint64_t z = lynx::warp_z_topk<K>(row, q, ranks, k);
+  const std::uint64_t inside = lynx::warp_topk_in<K>(row, active, plain, k);
+  if (lane < k) {
+    out.plain[t * k + lane] = plain;
+    out.z[t * k + lane] = z;
+    out.inside[t * k + lane] = inside;
+  }
+  if (lane == 0) out.mass[t] = mass;
+  lynx::warp_emit<K>(inside, k, p.score, p.renormalize, mass, out.ids32 + t * k, out.weights + t * k);
+  lynx::warp_emit<K>(inside, k, p.score, p.renormalize, mass, out.ids64 + t * k, out.weights + t * k);
+}
+
+/// The host path's answers for the same rows (row_math.hpp's definitions, not the host loops).
+struct host_answers {
+  std::vector<std::int8_t> bins;
+  std::vector<std::uint64_t> plain, z, inside;
+  std::vector<float> mass, weights;
+  std::vector<int> ids;
+  std::vector<char> votes;
+};
+
+template <class T>
+host_answers host_rows(const std::vector<T>& L, int rows, const lynx::route_params& p,
+                       const std::vector<std::int32_t>& ranks, const std::vector<char>& active) {
+  const int n = p.num_experts, k = p.top_k;
+  host_answers h;
+  h.bins.resize(static_cast<std::size_t>(rows) * n);
+  h.plain.resize(static_cast<std::size_t>(rows) * k);
+  h.z = h.inside = h.plain;
+  h.mass.resize(rows);
+  h.weights.resize(h.plain.size());
+  h.ids.resize(h.plain.size());
+  h.votes.resize(rows);
+  lynx::host::affinity_bin(L.data(), n, rows, rows, p, h.bins.data());
+  for (int t = 0; t < rows; ++t) {
+    const T* row = L.data() + static_cast<std::size_t>(t) * n;
+    const float m = d::row_max(row, n);
+    h.votes[t] = m != -INFINITY;
+    if (!h.votes[t]) continue;
+    std::uint64_t* plain = h.plain.data() + t * k;
+    d::plain_topk(row, n, k, plain);
+    h.mass[t] = d::original_mass(row, n, m, plain, k, p.score, p.renormalize);
+    std::uint64_t* z = h.z.data() + t * k;
+    std::uint64_t* inside = h.inside.data() + t * k;
+    d::topk_clear(z, k);
+    d::topk_clear(inside, k);
+    for (int e = 0; e < n; ++e) {
+      const float l = d::load_logit(row, e);
+      d::topk_push(z, k, d::z_key(h.bins[static_cast<std::size_t>(t) * n + e], ranks[e], l, e));
+      d::topk_push(inside, k, d::logit_key(l, e) | d::active_bit(active[e] != 0));
+    }
+    for (int i = 0; i < k; ++i) inside[i] &= ~d::active_bit(true);
+    d::emit_row(row, inside, k, p.score, p.renormalize, h.mass[t], h.ids.data() + t * k, h.weights.data() + t * k);
+  }
+  return h;
+}
+
+template <int MaxN, int K, class T>
+void check_warp_functions(std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int n = std::max(2, MaxN - static_cast<int>(rng() % (MaxN / 2))), k = std::max(1, std::min(n, K - static_cast<int>(rng() % 2)));
+  const int rows = 19;
+  auto p = lynx::default_params(n, k);
+  p.kind = lynx::policy::lynx;
+  p.alpha = 1.5f;
+  p.score = seed % 2 ? lynx::scoring::sigmoid : lynx::scoring::softmax;
+  p.renormalize = seed % 3 != 0;
+  auto Lf = lynx_test::random_logits(rows, n, seed, 2.0f, seed % 2 ? 0.25f : 0.0f);  // ties when quantized
+  Lf[3] = NAN;
+  Lf[n + 1] = INFINITY;
+  for (int e = 0; e < n; ++e) Lf[2 * n + e] = e % 3 ? -INFINITY : NAN;  // a row that does not vote
+  for (int e = 0; e < n; ++e) Lf[3 * n + e] = e == 5 % n ? 1.0f : -INFINITY;  // one finite logit
+  std::vector<T> L;
+  for (const float x : Lf) L.push_back(to_logit<T>(x));
+  std::vector<std::int32_t> ranks(n);
+  std::vector<char> active(n);
+  std::vector<std::uint32_t> active_bits(lynx::max_experts / 32, 0);
+  for (int e = 0; e < n; ++e) {
+    ranks[e] = static_cast<std::int32_t>(rng() % n);
+    active[e] = rng() % 3 == 0;
+    if (active[e]) active_bits[e / 32] |= 1u << (e % 32);
+  }
+  const host_answers want = host_rows(L, rows, p, ranks, active);
+
+  dev<T> d_L(L);
+  dev<std::int32_t> d_ranks(ranks);
+  dev<std::uint32_t> d_active(active_bits);
+  const std::size_t rk = static_cast<std::size_t>(rows) * k;
+  dev<std::int8_t> bins(static_cast<std::size_t>(rows) * n);
+  dev<std::uint64_t> plain(rk), z(rk), inside(rk);
+  dev<float> mass(rows), weights(rk);
+  dev<std::int32_t> ids32(rk);
+  dev<std::int64_t> ids64(rk);
+  warp_functions_kernel<MaxN, K><<<(rows + 3) / 4, 128>>>(d_L.p, rows, p, d_ranks.p, d_active.p,
+                                                           warp_out{bins.p, plain.p, mass.p, z.p, inside.p, ids32.p,
+                                                                    ids64.p, weights.p});
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::string where = "MaxN " + std::to_string(MaxN) + " K " + std::to_string(K) + " N " + std::to_string(n) +
+                            " k " + std::to_string(k) + " seed " + std::to_string(seed);
+  EXPECT_EQ(bins.get(), want.bins) << where;
+  const auto got_plain = plain.get(), got_z = z.get(), got_inside = inside.get();
+  const auto got_mass = mass.get(), got_w = weights.get();
+  const auto got32 = ids32.get();
+  const auto got64 = ids64.get();
+  for (int t = 0; t < rows; ++t) {
+    if (!want.votes[t]) continue;
+    for (int i = 0; i < k; ++i) {
+      const std::size_t at = static_cast<std::size_t>(t) * k + i;
+      ASSERT_EQ(got_plain[at], want.plain[at]) << where << " row " << t << " plain slot " << i;
+      ASSERT_EQ(got_z[at], want.z[at]) << where << " row " << t << " z slot " << i;
+      ASSERT_EQ(got_inside[at], want.inside[at]) << where << " row " << t << " inside-K slot " << i;
+      ASSERT_EQ(got32[at], want.ids[at]) << where << " row " << t;
+      ASSERT_EQ(got64[at], want.ids[at]) << where << " row " << t;
+      ASSERT_EQ(0, std::memcmp(&got_w[at], &want.weights[at], sizeof(float))) << where << " row " << t;
+    }
+    ASSERT_EQ(0, std::memcmp(&got_mass[t], &want.mass[t], sizeof(float))) << where << " row " << t;
+  }
+}
+
+template <int Tier, class T>
+void warp_tier(std::uint32_t seed) {
+  constexpr lynx::detail::tier t = lynx::detail::tiers[Tier];
+  check_warp_functions<t.max_n, t.max_k, T>(seed);
+}
+
+template <class T, int... I>
+void warp_tiers(std::integer_sequence<int, I...>) {
+  (warp_tier<I, T>(100 + I), ...);
+}
+
+template <class T>
+void warp_all_tiers() {
+  warp_tiers<T>(std::make_integer_sequence<int, lynx::detail::num_tiers>{});
+}
+
+TEST(DeviceFunctions, WarpLevelMatchesHostFloat) { SKIP_WITHOUT_DEVICE(); warp_all_tiers<float>(); }
+TEST(DeviceFunctions, WarpLevelMatchesHostHalf) { SKIP_WITHOUT_DEVICE(); warp_all_tiers<__half>(); }
+TEST(DeviceFunctions, WarpLevelMatchesHostBf16) { SKIP_WITHOUT_DEVICE(); warp_all_tiers<__nv_bfloat16>(); }
+
+/// block_score_experts and block_decide in a caller's kernel: its own TempStorage union with
+/// other shared memory, a warp per row adding bins, then the ranks; and the never-worse decision
+/// over given sets.
+template <int MaxN, int Threads>
+__global__ void block_functions_kernel(const std::int8_t* bins, int rows, int n, int nbins, int k, std::int32_t* counts,
+                                       std::int32_t* ranks, const std::uint32_t* plain, const std::uint32_t* final_set,
+                                       int* decision) {
+  using score_t = lynx::block_score_experts<MaxN, Threads>;
+  using decide_t = lynx::block_decide<Threads>;
+  __shared__ union {
+    typename score_t::TempStorage score;
+    typename decide_t::TempStorage decide;
+  } temp;
+  score_t score(temp.score, n, nbins);
+  score.init();
+  __syncthreads();
+  for (int t = threadIdx.x / 32; t < rows; t += Threads / 32) {
+    std::int8_t q[MaxN / 32];
+    for (int i = 0; i < MaxN / 32; ++i) {
+      const int e = (threadIdx.x & 31) + 32 * i;
+      q[i] = e < n ? bins[static_cast<std::int64_t>(t) * n + e] : lynx::no_vote;
+    }
+    score.add_row(q);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < nbins * n; i += Threads) counts[i] = score.count(i / n, i % n);
+  score.ranks(rows, ranks);  // synchronizes: the union's other member is free after it
+  const decide_t d(temp.decide, plain, final_set, n, k);
+  if (threadIdx.x < k) decision[1 + threadIdx.x] = d.pad_ids()[threadIdx.x];
+  if (threadIdx.x == 0) decision[0] = d.fallback();
+}
+
+template <int MaxN>
+void check_block_functions(std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int n = std::max(2, MaxN - static_cast<int>(rng() % (MaxN / 2))), k = 1 + static_cast<int>(rng() % 8);
+  for (const int beta : {1, 3, 0}) {
+    for (const int rows : {1, 37, 300}) {
+      lynx::route_params p = lynx::default_params(n, std::min(k, n));
+      p.beta = beta;
+      const int nbins = lynx::histogram_bins(p);
+      std::vector<std::int8_t> bins(static_cast<std::size_t>(rows) * n);
+      for (auto& q : bins)
+        q = rng() % 11 == 0 ? lynx::no_vote : static_cast<std::int8_t>(-static_cast<int>(rng() % std::min(nbins, 5)));
+      std::vector<std::int32_t> want_counts(static_cast<std::size_t>(nbins) * n), want_ranks(n);
+      ASSERT_EQ(lynx::host::score_experts(bins.data(), rows, p, want_counts.data(), want_ranks.data()),
+                lynx::status::success);
+      std::vector<std::uint32_t> plain(lynx::max_experts / 32, 0), final_set(plain);
+      std::vector<char> plain_f(n), final_f(n);
+      for (int e = 0; e < n; ++e) {
+        plain_f[e] = rng() % 2;
+        final_f[e] = rng() % 2;
+        plain[e / 32] |= plain_f[e] ? 1u << (e % 32) : 0;
+        final_set[e / 32] |= final_f[e] ? 1u << (e % 32) : 0;
+      }
+      const int plain_count = static_cast<int>(std::count(plain_f.begin(), plain_f.end(), 1));
+      const bool want_fallback = std::count(final_f.begin(), final_f.end(), 1) > plain_count;
+      int want_pad[lynx::max_top_k];
+      d::pad_ids(want_fallback ? plain_f.data() : final_f.data(), n, p.top_k, want_pad);
+
+      dev<std::int8_t> d_bins(bins);
+      dev<std::int32_t> counts(want_counts.size()), ranks(n);
+      dev<std::uint32_t> d_plain(plain), d_final(final_set);
+      dev<int> decision(1 + p.top_k);
+      block_functions_kernel<MaxN, 256><<<1, 256>>>(d_bins.p, rows, n, nbins, p.top_k, counts.p, ranks.p, d_plain.p,
+                                                    d_final.p, decision.p);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(counts.get(), want_counts) << "MaxN " << MaxN << " rows " << rows << " beta " << beta;
+      EXPECT_EQ(ranks.get(), want_ranks) << "MaxN " << MaxN << " rows " << rows << " beta " << beta;
+      const auto got = decision.get();
+      EXPECT_EQ(got[0], want_fallback ? 1 : 0);
+      for (int i = 0; i < p.top_k; ++i) EXPECT_EQ(got[1 + i], want_pad[i]) << "pad " << i;
+    }
+  }
+}
+
+TEST(DeviceFunctions, BlockLevelMatchesHost) {
+  SKIP_WITHOUT_DEVICE();
+  check_block_functions<128>(7);
+  check_block_functions<256>(8);
+  check_block_functions<512>(9);
+}
+
+}  // namespace

@@ -1,7 +1,7 @@
 // Device time of each stage, the composed step and topk_route at real model shapes, for T in
-// {1, 4, 16, 64, 256} and bf16/fp32 logits. Timing: the operation is captured into a CUDA
-// graph of `reps` back-to-back launches, replayed, and timed with CUDA events (manual time per
-// launch), which is how an engine runs it and removes launch overhead at the µs scale.
+// {1, 4, 16, 64, 256} and bf16/fp32 logits, timed as device_timing.hpp says (CUDA graph of
+// back-to-back launches, CUDA events). bench_device_functions.cu adds the device functions in
+// isolation to the same binary.
 #include <benchmark/benchmark.h>
 
 #include <cuda_bf16.h>
@@ -14,58 +14,13 @@
 
 #include "../examples/common/trace.hpp"
 #include "bench_shapes.hpp"
+#include "device_timing.hpp"
 
 namespace {
 
-constexpr int reps = 20;
-
-bool has_device() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-struct device_buffer {
-  void* p = nullptr;
-  explicit device_buffer(std::size_t bytes) { cudaMalloc(&p, bytes ? bytes : 1); }
-  ~device_buffer() { cudaFree(p); }
-  template <class T>
-  T* as() const { return static_cast<T*>(p); }
-};
-
-// Times `op(stream)` (which must be graph-capturable) per launch.
-void time_graph(benchmark::State& state, const std::function<cudaError_t(cudaStream_t)>& op) {
-  cudaStream_t stream;
-  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  if (op(stream) != cudaSuccess || cudaStreamSynchronize(stream) != cudaSuccess) {  // warm-up, checks
-    state.SkipWithError("operation failed");
-    return;
-  }
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
-  for (int i = 0; i < reps; ++i) op(stream);
-  cudaStreamEndCapture(stream, &graph);
-  cudaGraphInstantiate(&exec, graph, 0);
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  cudaGraphLaunch(exec, stream);
-  cudaStreamSynchronize(stream);
-  for (auto _ : state) {
-    cudaEventRecord(start, stream);
-    cudaGraphLaunch(exec, stream);
-    cudaEventRecord(stop, stream);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    state.SetIterationTime(ms / 1e3 / reps);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
-}
+using lynx_bench::device_buffer;
+using lynx_bench::has_device;
+using lynx_bench::time_graph;
 
 enum class op { affinity_bin, score_experts, remap_topk, route_default, route_lynx, topk_route };
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Fails when a Lynx kernel has a stack frame or local memory (issue: no local memory on the hot
-path). Reads `cuobjdump -res-usage` of the given binaries; every lynx:: kernel of every arch
+path). Reads `cuobjdump -res-usage` of the given binaries; every lynx:: (and lynx_examples::) kernel of every arch
 listed with --arch must show STACK:0 and LOCAL:0. The generic fallback tier (MaxN 1024, K 32)
 may use the stack: it is reported, not failed.
 
@@ -64,7 +64,7 @@ def main():
             if m and i + 1 < len(lines):
                 name = m.group(1)
                 usage = dict(re.findall(r"(\w+(?:\[\d+\])?):(\d+)", lines[i + 1]))
-                if name.startswith("_ZN4lynx"):
+                if name.startswith(("_ZN4lynx", "_ZN13lynx_examples")):  # the library and its examples
                     rows.append((arch, name, int(usage.get("REG", -1)), int(usage.get("STACK", 0)), int(usage.get("LOCAL", 0))))
                     seen[arch] = seen.get(arch, 0) + 1
         for a in args.arch:

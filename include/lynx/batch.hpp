@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "detail/config.hpp"
+
 namespace lynx {
 
 /// The number of valid rows B: an immediate, or a device pointer that a CUDA graph replay
@@ -12,11 +14,11 @@ namespace lynx {
 struct token_count {
   int value = 0;
   const int* device_ptr = nullptr;
-  token_count(int v) : value(v) {}              // NOLINT: an int converts implicitly
-  token_count(const int* p) : device_ptr(p) {}  // NOLINT
+  LYNX_HD token_count(int v) : value(v) {}              // NOLINT: an int converts implicitly
+  LYNX_HD token_count(const int* p) : device_ptr(p) {}  // NOLINT
 };
 
-/// One batch: router logits [num_rows x N] (row-major, row_stride >= N) in, ids and fp32
+/// One batch (a kernel may build one too): router logits [num_rows x N] (row-major, row_stride >= N) in, ids and fp32
 /// weights [num_rows x k] out. Non-owning; device memory for the launchers and kernels, host
 /// memory for lynx::host.
 template <class T, class IdT>

@@ -1,0 +1,63 @@
+#pragma once
+// Device timing shared by the device benchmarks: the operation is captured into a CUDA graph of
+// `reps` back-to-back launches, replayed, and timed with CUDA events (manual time per launch),
+// which is how an engine runs it and removes launch overhead at the microsecond scale.
+
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+
+#include <functional>
+
+namespace lynx_bench {
+
+inline constexpr int reps = 20;
+
+inline bool has_device() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+struct device_buffer {
+  void* p = nullptr;
+  explicit device_buffer(std::size_t bytes) { cudaMalloc(&p, bytes ? bytes : 1); }
+  ~device_buffer() { cudaFree(p); }
+  template <class T>
+  T* as() const { return static_cast<T*>(p); }
+};
+
+// Times `op(stream)` (which must be graph-capturable) per launch.
+inline void time_graph(benchmark::State& state, const std::function<cudaError_t(cudaStream_t)>& op) {
+  cudaStream_t stream;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (op(stream) != cudaSuccess || cudaStreamSynchronize(stream) != cudaSuccess) {  // warm-up, checks
+    state.SkipWithError("operation failed");
+    return;
+  }
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+  for (int i = 0; i < reps; ++i) op(stream);
+  cudaStreamEndCapture(stream, &graph);
+  cudaGraphInstantiate(&exec, graph, 0);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaGraphLaunch(exec, stream);
+  cudaStreamSynchronize(stream);
+  for (auto _ : state) {
+    cudaEventRecord(start, stream);
+    cudaGraphLaunch(exec, stream);
+    cudaEventRecord(stop, stream);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    state.SetIterationTime(ms / 1e3 / reps);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace lynx_bench

@@ -95,10 +95,7 @@ __global__ void __launch_bounds__(Threads, 1)
   __shared__ typename route_t::TempStorage temp;
   __shared__ bool last;
   const int n = p.num_experts, warps = Threads / 32;
-  const int b = [&] {
-    const int v = valid.device_ptr ? *valid.device_ptr : valid.value;
-    return v < 0 ? 0 : (v > rows ? rows : v);
-  }();
+  const int b = valid.rows(rows);
   // A warp per expert: its weight row stays in L1 while the warp takes the batch's tokens.
   for (int e = blockIdx.x * warps + static_cast<int>(threadIdx.x) / 32; e < n; e += gridDim.x * warps)
     for (int t = 0; t < b; ++t) {
@@ -117,12 +114,32 @@ __global__ void __launch_bounds__(Threads, 1)
   if (threadIdx.x == 0) *ws.done = 0;  // ready for the next call (and for a graph replay)
 }
 
+/// Lays the workspace of a call out from `base` (256-byte aligned regions); with base ==
+/// nullptr, only `bytes` means anything (the size query).
+inline router_workspace carve_router_workspace(void* base, int rows, int n, int k, std::size_t& bytes) {
+  const std::size_t r = static_cast<std::size_t>(rows);
+  char* at = static_cast<char*>(base);
+  bytes = 0;
+  const auto take = [&](std::size_t size) {
+    char* q = at ? at + bytes : nullptr;
+    bytes += (size + 255) / 256 * 256;
+    return q;
+  };
+  router_workspace ws;
+  ws.done = reinterpret_cast<unsigned*>(take(sizeof(unsigned)));
+  ws.logits = reinterpret_cast<float*>(take(r * n * sizeof(float)));
+  ws.scratch.plain = reinterpret_cast<std::uint64_t*>(take(r * k * sizeof(std::uint64_t)));
+  ws.scratch.budget.share = reinterpret_cast<float*>(take(r * n * sizeof(float)));
+  ws.scratch.budget.top = reinterpret_cast<float*>(take(r * k * sizeof(float)));
+  ws.scratch.budget.kth = reinterpret_cast<float*>(take(r * sizeof(float)));
+  return ws;
+}
+
 /// Workspace bytes of a call (CUB-style size query; the sizes only).
 inline std::size_t router_workspace_bytes(int rows, int n, int k) {
-  const auto up = [](std::size_t x) { return (x + 255) / 256 * 256; };
-  const std::size_t r = static_cast<std::size_t>(rows);
-  return up(sizeof(unsigned)) + up(r * n * sizeof(float)) + up(r * k * sizeof(std::uint64_t)) +
-         up(r * n * sizeof(float)) + up(r * k * sizeof(float)) + up(r * sizeof(float));
+  std::size_t bytes = 0;
+  carve_router_workspace(nullptr, rows, n, k, bytes);
+  return bytes;
 }
 
 /// Routes `rows` tokens (rows >= valid are padding) from their hidden states: MaxN >= N, K >= k,
@@ -137,22 +154,9 @@ cudaError_t router_lynx(const __nv_bfloat16* hidden, const __nv_bfloat16* w_rout
       p.top_k > K || rows > 512 || rows < 1 || hidden_size < router_chunk || hidden_size % router_chunk != 0 ||
       !workspace || !hidden || !w_router || !ids || !weights)
     return cudaErrorInvalidValue;
-  const int n = p.num_experts, k = p.top_k;
-  const auto up = [](std::size_t x) { return (x + 255) / 256 * 256; };
-  const std::size_t r = static_cast<std::size_t>(rows);
-  char* at = static_cast<char*>(workspace);
-  const auto take = [&](std::size_t bytes) {
-    char* q = at;
-    at += up(bytes);
-    return q;
-  };
-  router_workspace ws;
-  ws.done = reinterpret_cast<unsigned*>(take(sizeof(unsigned)));
-  ws.logits = reinterpret_cast<float*>(take(r * n * sizeof(float)));
-  ws.scratch.plain = reinterpret_cast<std::uint64_t*>(take(r * k * sizeof(std::uint64_t)));
-  ws.scratch.budget.share = reinterpret_cast<float*>(take(r * n * sizeof(float)));
-  ws.scratch.budget.top = reinterpret_cast<float*>(take(r * k * sizeof(float)));
-  ws.scratch.budget.kth = reinterpret_cast<float*>(take(r * sizeof(float)));
+  std::size_t bytes = 0;
+  const router_workspace ws = carve_router_workspace(workspace, rows, p.num_experts, p.top_k, bytes);
+  const int n = p.num_experts;
   const int blocks = (n + Threads / 32 - 1) / (Threads / 32);
   router_lynx_kernel<MaxN, K, Threads, IdT>
       <<<blocks, Threads, 0, stream>>>(hidden, w_router, hidden_size, rows, valid, p, ws, ids, weights);

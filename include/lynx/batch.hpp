@@ -16,6 +16,12 @@ struct token_count {
   const int* device_ptr = nullptr;
   LYNX_HD token_count(int v) : value(v) {}              // NOLINT: an int converts implicitly
   LYNX_HD token_count(const int* p) : device_ptr(p) {}  // NOLINT
+  /// B clamped to [0, num_rows]. Dereferences device_ptr: call it where that memory lives
+  /// (in a kernel for the launchers, on the host for lynx::host).
+  LYNX_HD int rows(int num_rows) const {
+    const int b = device_ptr ? *device_ptr : value;
+    return b < 0 ? 0 : (b > num_rows ? num_rows : b);
+  }
 };
 
 /// One batch (a kernel may build one too): router logits [num_rows x N] (row-major, row_stride >= N) in, ids and fp32

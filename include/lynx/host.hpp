@@ -45,8 +45,7 @@ inline status score_experts(const std::int8_t* bins, int num_rows, const route_p
 /// The valid row count of a host call: a pointer count is read as host memory and clamped to
 /// [0, num_rows], as the kernels clamp a device one.
 inline int valid_rows(token_count valid, int num_rows) {
-  const int b = valid.device_ptr ? *valid.device_ptr : valid.value;
-  return b < 0 ? 0 : (b > num_rows ? num_rows : b);
+  return valid.rows(num_rows);
 }
 
 /// SPEC §3.3 (and the never-worse guard, step 5), from the bins and ranks of the previous

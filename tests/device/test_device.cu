@@ -16,17 +16,10 @@
 #include <lynx/lynx.cuh>
 
 #include "../support/params.hpp"
+#include "../support/device.hpp"
 #include "../support/random_logits.hpp"
 
 namespace {
-
-bool has_device() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
-#define SKIP_WITHOUT_DEVICE() \
-  if (!has_device()) GTEST_SKIP() << "no CUDA device: device tests run on the accelerator machine"
 
 using lynx_test::params;
 

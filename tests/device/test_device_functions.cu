@@ -13,19 +13,12 @@
 
 #include <lynx/lynx.cuh>
 
+#include "../support/device.hpp"
 #include "../support/random_logits.hpp"
 
 namespace {
 
 namespace d = lynx::detail;
-
-bool has_device() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
-#define SKIP_WITHOUT_DEVICE() \
-  if (!has_device()) GTEST_SKIP() << "no CUDA device: device tests run on the accelerator machine"
 
 template <class T>
 T to_logit(float x) {

@@ -12,15 +12,11 @@
 #include <lynx/host.hpp>
 
 #include "../../examples/router_lynx.cuh"
+#include "../support/device.hpp"
 
 namespace {
 
 namespace ex = lynx_examples;
-
-bool has_device() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
 
 std::uint16_t bf16_bits(float f) {
   std::uint32_t u;
@@ -140,7 +136,7 @@ lynx::route_params policy_params(lynx::policy kind, int n, int k) {
 }
 
 TEST(RouterExample, FusedKernelMatchesHostQwen3Shape) {
-  if (!has_device()) GTEST_SKIP() << "no CUDA device: device tests run on the accelerator machine";
+  SKIP_WITHOUT_DEVICE();
   for (lynx::policy kind : {lynx::policy::lynx, lynx::policy::budget, lynx::policy::piggyback})
     for (int rows : {1, 16, 64}) {
       SCOPED_TRACE(testing::Message() << "policy " << static_cast<int>(kind) << " rows " << rows);
@@ -150,7 +146,7 @@ TEST(RouterExample, FusedKernelMatchesHostQwen3Shape) {
 }
 
 TEST(RouterExample, FusedKernelMatchesHostWithPaddingAndDeviceCount) {
-  if (!has_device()) GTEST_SKIP() << "no CUDA device: device tests run on the accelerator machine";
+  SKIP_WITHOUT_DEVICE();
   // N 96 (not a power of two), k 6, int64 ids; 24 rows of which 19 are tokens, the count read
   // on the device.
   for (lynx::policy kind : {lynx::policy::lynx, lynx::policy::budget}) {

@@ -83,10 +83,7 @@ class block_route {
     constexpr int warps = BlockThreads / 32;
     const int n = p.num_experts, k = p.top_k, lane = lane_id(), warp = threadIdx.x / 32;
     const int rows = batch.num_rows, depth = detail::bin_depth(p.beta);
-    const int b = [&] {
-      const int v = batch.valid.device_ptr ? *batch.valid.device_ptr : batch.valid.value;
-      return v < 0 ? 0 : (v > rows ? rows : v);
-    }();
+    const int b = batch.valid.rows(rows);
     const bool lynx_policy = p.kind == policy::lynx;
     sets_t sets(temp_.sets);
     score_t score(temp_.policy.score, n, depth + 1);

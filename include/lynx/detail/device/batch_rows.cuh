@@ -16,11 +16,6 @@
 namespace lynx {
 namespace detail {
 
-__device__ __forceinline__ int resolve_valid(token_count valid, int num_rows) {
-  const int b = valid.device_ptr ? *valid.device_ptr : valid.value;
-  return b < 0 ? 0 : (b > num_rows ? num_rows : b);
-}
-
 /// The logit types a batch may hold, as a run-time tag.
 enum class logit_type : std::uint8_t { f32, f16, bf16 };
 

@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(warp_block_threads, 1)
   const int rows = batch.num_rows, t = blockIdx.x * warps + static_cast<int>(threadIdx.x) / 32;
   if (t < rows) {
     warp_row<MaxN> row;
-    batch_load(batch, row, t, n, t < resolve_valid(batch.valid, rows));
+    batch_load(batch, row, t, n, t < batch.valid.rows(rows));
     if (lane == 0) ws.votes[t] = row.votes();
     if (row.votes()) {
       const std::uint64_t plain = warp_topk<K>(row.key, k);
@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(warp_block_threads, 1)
   const int t = blockIdx.x * (warp_block_threads / 32) + static_cast<int>(threadIdx.x) / 32;
   if (t >= batch.num_rows) return;
   warp_row<MaxN> row;
-  batch_load(batch, row, t, n, t < resolve_valid(batch.valid, batch.num_rows));
+  batch_load(batch, row, t, n, t < batch.valid.rows(batch.num_rows));
   std::int8_t q[MaxN / 32];
   warp_affinity_bin(row, alpha, depth, q);
 #pragma unroll
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(warp_block_threads, 1)
   const int rows = batch.num_rows, t = blockIdx.x * (warp_block_threads / 32) + static_cast<int>(threadIdx.x) / 32;
   if (t >= rows) return;
   warp_row<MaxN> row;
-  batch_load(batch, row, t, n, t < resolve_valid(batch.valid, rows));
+  batch_load(batch, row, t, n, t < batch.valid.rows(rows));
   if (lane == 0) ws.votes[t] = row.votes();
   if (!row.votes()) return;
   const std::uint64_t plain = warp_topk<K>(row.key, k);

@@ -196,6 +196,43 @@ TEST(Device, PoliciesMatchHost) {
       }
 }
 
+TEST(Device, BudgetRoundsMatchHost) {
+  // Where its shares are in global memory, the device's budget greedy takes several steps per
+  // round (block_budget's take_run); the host takes one at a time. The same K, ids and
+  // weights, with tied gains (quantized logits), sigmoid scores, the mass mode, rounds that move
+  // more tokens than their list holds (300 and 700 rows), the anchors' phase (a limit below the
+  // anchors, shares in shared memory: a step per round), and more rows than a round tracks
+  // (1100: a step per round, on the stage path).
+  SKIP_WITHOUT_DEVICE();
+  struct budget_case {
+    int n, k, rows;
+    lynx::scoring score;
+    float quantum;
+    int budget_experts;
+    float budget_mass;
+  };
+  const budget_case cases[] = {
+      {32, 4, 1, lynx::scoring::softmax, 0.0f, 0, 0.0f},      {160, 6, 40, lynx::scoring::softmax, 0.5f, 0, 0.0f},
+      {160, 6, 40, lynx::scoring::sigmoid, 0.25f, 0, 0.0f},    {256, 8, 64, lynx::scoring::sigmoid, 0.0f, 0, 0.9f},
+      {256, 8, 300, lynx::scoring::softmax, 0.0f, 0, 0.0f},    {64, 6, 48, lynx::scoring::softmax, 0.0f, 10, 0.0f},
+      {128, 8, 700, lynx::scoring::softmax, 0.25f, 0, 0.97f},  {64, 6, 1100, lynx::scoring::softmax, 0.0f, 0, 0.0f},
+  };
+  std::uint32_t seed = 900;
+  for (const budget_case& c : cases) {
+    auto p = lynx::default_params(c.n, c.k);
+    ASSERT_EQ(p.kind, lynx::policy::budget);
+    p.score = c.score;
+    if (c.budget_experts || c.budget_mass > 0.0f) {
+      p.budget_experts = c.budget_experts;
+      p.budget_fraction = 0.0f;
+      p.budget_mass = c.budget_mass;
+    }
+    SCOPED_TRACE(testing::Message() << "N " << c.n << " k " << c.k << " rows " << c.rows);
+    compare_with_host<float, int>(entry::route, lynx_test::random_logits(c.rows, c.n, seed++, 1.5f, c.quantum), c.rows,
+                                  c.rows, p);
+  }
+}
+
 TEST(Device, StageByStagePathMatchesHost) {
   // route() fuses decode sizes into one kernel; the stage launchers (and route above 512 rows
   // or experts) run one kernel per stage. Both must equal the host path.

@@ -6,10 +6,12 @@
 // is a float sum over tokens in token order, by the thread that owns the expert: to stay the
 // host's, it keeps that order. The block computes the shares (a warp per token, token-major, in
 // shared memory when they fit), inserts K0 by a top-k inside it, and sums the batch's mass; then
-// only the warps that hold candidates take the steps, between named barriers of their own: a
-// step is every candidate's sum, a warp max per warp and a max over the warps' winners that
-// each thread takes itself (a gain_key holds its gain), and the update of every token's k best
-// shares.
+// only the warps that hold candidates work, in rounds between named barriers of their own: every
+// candidate's fresh sum, then warp 0 takes the best and updates every token's k best shares.
+// Where the shares are in global memory (T·N beyond the TempStorage), a round's sums are a long
+// chain of global loads, so warp 0 goes on taking each next best whose sum the steps so far
+// provably left unchanged (take_run); where they are in shared memory a round is cheap and takes
+// one step (measured in the simulator: bench/README.md).
 
 #include <cstdint>
 
@@ -37,15 +39,20 @@ struct budget_scratch {
 template <int MaxN, int K, int BlockThreads, int MaxRows = 512, int ShareCapacity = 5120, int TopCapacity = 2048>
 class block_budget {
   static constexpr int warps = BlockThreads / 32;
+  static constexpr int max_moved = 64;  // tokens a round may move before it must end
+  static_assert(MaxN >= warps, "key[] holds each warp's best");
 
  public:
   struct TempStorage {
     float kth[MaxRows];            // each token's k-th best share inside K
     float share[ShareCapacity];    // share[t * n + e]
     float top[TopCapacity];        // top[t * k + j]
-    std::uint64_t winner[warps];   // each stepping warp's best candidate of a step
+    std::uint64_t key[MaxN];       // a round's fresh gain key of each candidate, 0 for the others
+                                   // (a step per round: each warp's best, in key[warp])
+    int moved_row[max_moved];      // the tokens whose kth moved in the round,
+    float moved_kth[max_moved];    // and their kth at its start
     float total;
-    int voters, plain_unique, size, bulk;
+    int voters, plain_unique, size, bulk, phase_done;
   };
 
   __device__ __forceinline__ explicit block_budget(TempStorage& temp) : temp_(temp) {}
@@ -81,9 +88,9 @@ class block_budget {
     const bool fits = rows <= MaxRows && static_cast<std::size_t>(rows) * n <= ShareCapacity &&
                       static_cast<std::size_t>(rows) * k <= TopCapacity;
     if (fits)
-      greedy(load_row, rows, votes, plain, p, anchors, active, temp_.share, temp_.top, temp_.kth);
+      greedy(load_row, rows, votes, plain, p, anchors, active, temp_.share, temp_.top, temp_.kth, false);
     else
-      greedy(load_row, rows, votes, plain, p, anchors, active, ws.share, ws.top, ws.kth);
+      greedy(load_row, rows, votes, plain, p, anchors, active, ws.share, ws.top, ws.kth, true);
     __syncthreads();
   }
 
@@ -94,7 +101,7 @@ class block_budget {
   __device__ __forceinline__ void greedy(RowLoader& load_row, int rows, const std::uint8_t* votes,
                                          const std::uint64_t* plain, const route_params& p,
                                          const std::uint32_t* anchors, std::uint32_t* active, float* share,
-                                         float* top_all, float* kth) {
+                                         float* top_all, float* kth, bool many_steps) {
     const int n = p.num_experts, k = p.top_k, lane = detail::lane_id(), warp = threadIdx.x / 32;
     int size = temp_.size;
     // Shares and K0's insertion, a warp per voting token: K0's best shares are those of the
@@ -141,7 +148,7 @@ class block_budget {
       temp_.total = total;
     }
     __syncthreads();
-    // The steps, by the warps that hold candidates (a thread per expert); the others wait at
+    // The rounds, by the warps that hold candidates (a thread per expert); the others wait at
     // the caller's barrier. Between them, a named barrier of just those warps.
     const int stepping = n < BlockThreads ? (n + 31) / 32 : warps, threads = 32 * stepping;
     if (warp >= stepping) return;
@@ -153,46 +160,59 @@ class block_budget {
       for (;;) {
         // As the host's: to the limit, or in mass mode to the target, but not below k experts
         // (the fill follows where the gains vanish first).
-        if (size >= limit || (phase == 1 && size >= k && p.budget_mass > 0.0f && !(total < target))) break;
-        std::uint64_t key = 0;  // every candidate's fresh gain
-        for (int e = threadIdx.x; e < n; e += threads) {
-          if (detail::test_bit(active, e) || (phase == 0 && !detail::test_bit(anchors, e))) continue;
-          float g = 0.0f;  // non-voting rows add +0 (zero shares and kth), which changes no sum
-          const float* se = share + e;
-          int t = 0;
-          for (; t + 8 <= rows; t += 8) {  // eight tokens' loads issued before their sums
-            float s8[8], k8[8];
+        if (stops(size, total, phase, limit, target, p)) break;
+        std::uint64_t mine = 0;  // (a step per round: the best of this thread's candidates)
+        for (int e = threadIdx.x; e < n; e += threads) {  // every candidate's fresh gain
+          std::uint64_t key = 0;
+          if (!detail::test_bit(active, e) && (phase == 1 || detail::test_bit(anchors, e))) {
+            float g = 0.0f;  // non-voting rows add +0 (zero shares and kth), which changes no sum
+            const float* se = share + e;
+            int t = 0;
+            for (; t + 8 <= rows; t += 8) {  // eight tokens' loads issued before their sums
+              float s8[8], k8[8];
 #pragma unroll
-            for (int u = 0; u < 8; ++u) s8[u] = se[static_cast<std::size_t>(t + u) * n];
+              for (int u = 0; u < 8; ++u) s8[u] = se[static_cast<std::size_t>(t + u) * n];
 #pragma unroll
-            for (int u = 0; u < 8; ++u) k8[u] = kth[t + u];
+              for (int u = 0; u < 8; ++u) k8[u] = kth[t + u];
 #pragma unroll
-            for (int u = 0; u < 8; ++u) g += detail::share_gain(s8[u], k8[u]);
+              for (int u = 0; u < 8; ++u) g += detail::share_gain(s8[u], k8[u]);
+            }
+            for (; t < rows; ++t) g += detail::share_gain(se[static_cast<std::size_t>(t) * n], kth[t]);
+            key = detail::gain_key(g, e);
           }
-          for (; t < rows; ++t) g += detail::share_gain(se[static_cast<std::size_t>(t) * n], kth[t]);
-          const std::uint64_t ke = detail::gain_key(g, e);
-          key = ke > key ? ke : key;
+          if (many_steps) temp_.key[e] = key;
+          else mine = key > mine ? key : mine;
         }
-        key = detail::warp_max(key);
-        if (lane == 0) temp_.winner[warp] = key;
-        barrier();
-        std::uint64_t best = 0;
-        for (int w = 0; w < stepping; ++w) best = temp_.winner[w] > best ? temp_.winner[w] : best;
-        const float gain = detail::unordered_float(static_cast<std::uint32_t>(best >> 16));
-        if (best == 0 || (phase == 1 && !(gain > 0.0f))) break;
-        const int c = detail::key_expert(best);
-        if (threadIdx.x == 0) detail::set_bit(active, c);
-        ++size;
-        total += gain;
-        for (int t = threadIdx.x; t < rows; t += threads) {  // every token's k best shares inside K
-          const float sh = share[static_cast<std::size_t>(t) * n + c];
-          if (sh > kth[t]) {
-            float* tt = top_all + static_cast<std::size_t>(t) * k;
-            detail::share_insert(tt, k, sh);
-            kth[t] = tt[k - 1];
-          }
+        if (!many_steps) {  // each warp's best
+          mine = detail::warp_max(mine);
+          if (lane == 0) temp_.key[warp] = mine;
         }
         barrier();
+        if (!many_steps) {  // one step: every thread takes the best of the warps' own
+          std::uint64_t best = 0;
+          for (int w = 0; w < stepping; ++w) best = temp_.key[w] > best ? temp_.key[w] : best;
+          const float gain = detail::unordered_float(static_cast<std::uint32_t>(best >> 16));
+          if (best == 0 || (phase == 1 && !(gain > 0.0f))) break;
+          const int c = detail::key_expert(best);
+          if (threadIdx.x == 0) detail::set_bit(active, c);
+          ++size;
+          total += gain;
+          for (int t = threadIdx.x; t < rows; t += threads) {  // every token's k best shares inside K
+            const float sh = share[static_cast<std::size_t>(t) * n + c];
+            if (sh > kth[t]) {
+              float* tt = top_all + static_cast<std::size_t>(t) * k;
+              detail::share_insert(tt, k, sh);
+              kth[t] = tt[k - 1];
+            }
+          }
+          barrier();
+          continue;
+        }
+        if (warp == 0) take_run(rows, phase, limit, target, p, share, top_all, kth, active, size, total);
+        barrier();
+        size = temp_.size;
+        total = temp_.total;
+        if (temp_.phase_done) break;
       }
     // The gains vanished below k experts (every share left underflows): K takes the rows' plain
     // top-k in turn, as the host's fill_from_plain.
@@ -206,6 +226,88 @@ class block_budget {
               ++size;
             }
           }
+  }
+
+  static __device__ __forceinline__ bool stops(int size, float total, int phase, int limit, float target,
+                                               const route_params& p) {
+    return size >= limit || (phase == 1 && size >= p.top_k && p.budget_mass > 0.0f && !(total < target));
+  }
+
+  /// One round's steps, by warp 0, from the round's fresh keys (temp_.key): the best candidate
+  /// joins K, and so does each next best while its gain is provably still fresh, so that the
+  /// steps are the host's one-at-a-time greedy exactly. Every other gain can only have
+  /// shrunk (each term share_gain(s, kth) falls as kth grows, and fp32 addition is monotone), so
+  /// the next key of the round is the next step's argmax if its own sum is unchanged: it is when
+  /// none of the tokens whose kth moved in this round had a positive term in it (its other terms
+  /// are those of the round's sum, and a term that was +0 stays +0). The moved tokens and
+  /// their kth at the round's start are kept in a short list; a full list ends the round.
+  /// Leaves size, total and whether the phase ended in temp_.
+  __device__ __forceinline__ void take_run(int rows, int phase, int limit, float target, const route_params& p,
+                                           const float* share, float* top_all, float* kth, std::uint32_t* active,
+                                           int size, float total) {
+    const int n = p.num_experts, k = p.top_k, lane = detail::lane_id();
+    const bool tracked = rows <= 32 * 32;  // a bit per token in `moved`; else a step per round
+    std::uint64_t mine = 0;                // the best key among this lane's experts (e % 32 == lane)
+    for (int e = lane; e < n; e += 32) mine = temp_.key[e] > mine ? temp_.key[e] : mine;
+    std::uint32_t moved = 0;  // bit j: token lane + 32 j is on the list
+    int listed = 0;           // tokens whose kth moved (may pass max_moved: then the round ends)
+    bool done = false;
+    for (int step = 0;; ++step) {
+      const std::uint64_t best = detail::warp_max(mine);
+      const float gain = detail::unordered_float(static_cast<std::uint32_t>(best >> 16));
+      if (best == 0 || (phase == 1 && !(gain > 0.0f))) {
+        done = true;
+        break;
+      }
+      const int c = detail::key_expert(best);
+      if (step > 0) {
+        if (!tracked || listed > max_moved || stops(size, total, phase, limit, target, p)) break;
+        bool fresh = true;
+        for (int i = lane; i < listed; i += 32)
+          fresh &= !(share[static_cast<std::size_t>(temp_.moved_row[i]) * n + c] > temp_.moved_kth[i]);
+        if (!__all_sync(detail::full_mask, fresh)) break;
+      }
+      if (lane == 0) detail::set_bit(active, c);
+      ++size;
+      total += gain;
+      for (int j = 0; 32 * j < rows; ++j) {  // every token's k best shares inside K (a lane's own tokens)
+        const int t = lane + 32 * j;
+        bool listing = false;
+        float was = 0.0f;
+        if (t < rows) {
+          const float sh = share[static_cast<std::size_t>(t) * n + c];
+          was = kth[t];
+          if (sh > was) {
+            float* tt = top_all + static_cast<std::size_t>(t) * k;
+            detail::share_insert(tt, k, sh);
+            kth[t] = tt[k - 1];
+            listing = tracked && tt[k - 1] != was && !((moved >> (j & 31)) & 1u);
+          }
+        }
+        const unsigned ballot = __ballot_sync(detail::full_mask, listing);
+        if (listing) {
+          const int at = listed + __popc(ballot & ((1u << lane) - 1u));
+          if (at < max_moved) {
+            temp_.moved_row[at] = t;
+            temp_.moved_kth[at] = was;
+          }
+          moved |= 1u << (j & 31);
+        }
+        listed += __popc(ballot);
+      }
+      if (!tracked) break;
+      if (lane == (c & 31)) {  // c leaves the candidates
+        temp_.key[c] = 0;
+        mine = 0;
+        for (int e = lane; e < n; e += 32) mine = temp_.key[e] > mine ? temp_.key[e] : mine;
+      }
+      __syncwarp();
+    }
+    if (lane == 0) {
+      temp_.size = size;
+      temp_.total = total;
+      temp_.phase_done = done;
+    }
   }
 
   TempStorage& temp_;

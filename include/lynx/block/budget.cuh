@@ -7,11 +7,12 @@
 // host's, it keeps that order. The block computes the shares (a warp per token, token-major, in
 // shared memory when they fit), inserts K0 by a top-k inside it, and sums the batch's mass; then
 // only the warps that hold candidates work, in rounds between named barriers of their own: every
-// candidate's fresh sum, then warp 0 takes the best and updates every token's k best shares.
-// Where the shares are in global memory (T·N beyond the TempStorage), a round's sums are a long
-// chain of global loads, so warp 0 goes on taking each next best whose sum the steps so far
-// provably left unchanged (take_run); where they are in shared memory a round is cheap and takes
-// one step (measured in the simulator: bench/README.md).
+// candidate's fresh sum, then the best joins K and every token's k best shares are updated.
+// Where the shares are in shared memory a round is one step, taken by every stepping thread (a
+// max over the warps' winners; the tokens updated in parallel). Where they are in global memory
+// (T·N beyond the TempStorage), a round's sums are a long chain of global loads, so warp 0 takes
+// the best and goes on with each next best whose sum the steps so far provably left unchanged
+// (take_run). Grouping did not pay in shared memory (simulator: bench/README.md).
 
 #include <cstdint>
 

@@ -4,7 +4,10 @@
 // ids are checked against the host path. On a GPU it also prints the CUDA-event time of the one
 // call (cold: launch overhead included; lynx_bench_device is the benchmark).
 //
-//   lynx_one_call ENTRY N K T [lynx|budget]    ENTRY: route | topk_route
+//   lynx_one_call ENTRY N K T [lynx|budget]    ENTRY: route | topk_route | route_sorted |
+//                                              topk_route_sorted (the call also writes the
+//                                              sorted layout, block_size 16, every array;
+//                                              checked against the host path too)
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -18,10 +21,10 @@
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: lynx_one_call route|topk_route N K T [lynx|budget]\n");
+    std::fprintf(stderr, "usage: lynx_one_call route|topk_route|route_sorted|topk_route_sorted N K T [lynx|budget]\n");
     return 2;
   }
-  const bool topk = std::strcmp(argv[1], "topk_route") == 0;
+  const bool topk = std::strncmp(argv[1], "topk_route", 10) == 0, sorted = std::strstr(argv[1], "_sorted") != nullptr;
   const int n = std::atoi(argv[2]), k = std::atoi(argv[3]), rows = std::atoi(argv[4]);
   lynx::route_params p = lynx::default_params(n, k);
   p.renormalize = true;
@@ -50,12 +53,32 @@ int main(int argc, char** argv) {
   cudaMalloc(&ids, sizeof(int) * rows * k);
   cudaMalloc(&ws, bytes);
   cudaMemcpy(logits, host_logits, sizeof(float) * rows * n, cudaMemcpyHostToDevice);
+  // The sorted layout's arrays, one allocation: sizes of sorted_layout.hpp, block_size 16.
+  const int slots = rows * k, bs = 16, cap = static_cast<int>(lynx::vllm_sorted_capacity(slots, n, bs)),
+            blocks = static_cast<int>(lynx::vllm_block_capacity(slots, n, bs));
+  const int sizes[] = {1, n, n, n + 1, slots, slots, cap, blocks, 1};
+  int total = 0;
+  for (int c : sizes) total += c;
+  int* arrays = nullptr;
+  if (sorted) cudaMalloc(&arrays, sizeof(int) * total);
+  std::vector<int> host_arrays(total, -9);
+  const auto carve = [&](int* base) {
+    lynx::sorted_layout_ref r;
+    if (!sorted) return r;
+    int* at = base;
+    int** fields[] = {&r.num_active, &r.active_experts, &r.expert_counts, &r.expert_offsets, &r.slot_position,
+                      &r.position_slot, &r.sorted_token_ids, &r.expert_ids, &r.num_tokens_post_padded};
+    for (int i = 0; i < 9; ++i) *fields[i] = at, at += sizes[i];
+    r.block_size = bs;
+    return r;
+  };
+  const lynx::sorted_layout_ref layout = carve(arrays), host_layout = carve(host_arrays.data());
+  const lynx::batch_ref<float, int> batch{logits, n, rows, rows, ids, weights};
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
   cudaEventRecord(start);
-  const cudaError_t e = topk ? lynx::topk_route(ws, bytes, logits, n, rows, rows, p, ids, weights)
-                             : lynx::route(ws, bytes, logits, n, rows, rows, p, ids, weights);
+  const cudaError_t e = topk ? lynx::topk_route(ws, bytes, batch, p, layout) : lynx::route(ws, bytes, batch, p, layout);
   cudaEventRecord(stop);
   if (e != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
     std::fprintf(stderr, "call: %s\n", cudaGetErrorString(e != cudaSuccess ? e : cudaGetLastError()));
@@ -66,11 +89,18 @@ int main(int argc, char** argv) {
   std::vector<int> got(static_cast<std::size_t>(rows) * k), want(got.size());
   std::vector<float> got_w(got.size()), want_w(got.size());
   cudaMemcpy(got.data(), ids, sizeof(int) * got.size(), cudaMemcpyDeviceToHost);
-  const lynx::status s = topk ? lynx::host::topk_route(host_logits, n, rows, rows, p, want.data(), want_w.data())
-                              : lynx::host::route(host_logits, n, rows, rows, p, want.data(), want_w.data());
-  const bool same = s == lynx::status::success && got == want;
-  std::printf("%s N=%d k=%d T=%d policy=%s: ids %s the host path's; one call %.1f us (event)\n", argv[1], n, k, rows,
-              topk ? "-" : (p.kind == lynx::policy::lynx ? "lynx" : "budget"), same ? "equal" : "DIFFER from",
+  const lynx::batch_ref<float, int> host_batch{host_logits, n, rows, rows, want.data(), want_w.data()};
+  const lynx::status s = topk ? lynx::host::topk_route(host_batch, p, host_layout)
+                              : lynx::host::route(host_batch, p, host_layout);
+  bool same = s == lynx::status::success && got == want;
+  if (sorted) {
+    std::vector<int> got_arrays(total);
+    cudaMemcpy(got_arrays.data(), arrays, sizeof(int) * total, cudaMemcpyDeviceToHost);
+    same = same && got_arrays == host_arrays;
+  }
+  std::printf("%s N=%d k=%d T=%d policy=%s: ids%s %s the host path's; one call %.1f us (event)\n", argv[1], n, k, rows,
+              topk ? "-" : (p.kind == lynx::policy::lynx ? "lynx" : "budget"), sorted ? " and layout" : "",
+              same ? "equal" : "DIFFER from",
               ms * 1000.0f);
   return same ? 0 : 1;
 }

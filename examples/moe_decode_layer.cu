@@ -1,7 +1,7 @@
 // moe_decode_layer: a real decode MoE layer on the GPU, routed with plain top-k or with Lynx.
 // bf16 expert weights in HBM (gate, up, down; SiLU), router logits from the generator fitted to
 // the FLAME trace (or --trace), and a bandwidth-bound grouped expert kernel that reads only the
-// experts the batch touches. Prints, per shape and batch size: unique experts, layer time with
+// experts the batch touches, from the sorted layout the routing launch writes. Prints, per shape and batch size: unique experts, layer time with
 // each router, the speedup, and the achieved HBM bandwidth as a fraction of the GPU's peak.
 #include <cuda_bf16.h>
 
@@ -53,44 +53,28 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// Per-expert lists of (token, slot, weight), in token order: deterministic.
-__global__ void plan_kernel(const int* ids, const float* w, int rows, int k, int n, int* count, int* offset,
-                            int* list_tok, int* list_slot, float* list_w) {
-  __shared__ int counts[1024];
-  for (int e = threadIdx.x; e < n; e += blockDim.x) {
-    int c = 0;
-    for (int a = 0; a < rows * k; ++a) c += ids[a] == e;
-    counts[e] = c;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int run = 0;
-    for (int e = 0; e < n; ++e) {
-      offset[e] = run;
-      count[e] = counts[e];
-      run += counts[e];
-    }
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < n; e += blockDim.x) {
-    int pos = offset[e];
-    for (int a = 0; a < rows * k; ++a)
-      if (ids[a] == e) {
-        list_tok[pos] = a / k;
-        list_slot[pos] = a % k;
-        list_w[pos] = w[a];
-        ++pos;
-      }
-  }
-}
+// The routing launch also writes the batch's expert-sorted layout (lynx::sorted_layout_ref): the
+// compact list of the |K| experts it loads, their slot counts and offsets, and position -> slot
+// (t * k + j), stable in token order. The expert kernels below take expert j of that list in
+// grid row j: a host-sized grid has min(N, T * k) rows (the most experts T tokens can touch),
+// and rows from |K| on (read on the device, so graph replays need no host sync) exit at once.
+struct expert_plan {
+  const int* num_active;  // [1]
+  const int* active;      // [N] the experts, ascending
+  const int* count;       // [N] their slots
+  const int* offset;      // [N + 1] their first position
+  const int* position_slot;
+};
 
 // h[pos][i] = silu(gate_i . x) * (up_i . x) for the expert's tokens; a warp per i.
 __global__ void __launch_bounds__(kWarps * 32)
-    gate_up_kernel(const __nv_bfloat16* x, const __nv_bfloat16* w, int hidden, int inter, const int* count,
-                   const int* offset, const int* list_tok, __nv_bfloat16* h) {
-  const int e = blockIdx.y, m = count[e];
+    gate_up_kernel(const __nv_bfloat16* x, const __nv_bfloat16* w, int hidden, int inter, int k, expert_plan plan,
+                   __nv_bfloat16* h) {
+  const int j_expert = blockIdx.y;
+  if (j_expert >= *plan.num_active) return;
+  const int e = plan.active[j_expert], m = plan.count[j_expert], base = plan.offset[j_expert];
   const int i = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x & 31;
-  if (m == 0 || i >= inter) return;
+  if (i >= inter) return;
   const __nv_bfloat16* wg = w + (static_cast<std::size_t>(e) * 2 * inter + i) * hidden;
   const __nv_bfloat16* wu = wg + static_cast<std::size_t>(inter) * hidden;
   for (int c0 = 0; c0 < m; c0 += kTokensPerPass) {
@@ -104,7 +88,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int j = 0; j < kTokensPerPass; ++j) {
         if (j >= mc) break;
         float fx[8];
-        bf16x8(*reinterpret_cast<const uint4*>(x + static_cast<std::size_t>(list_tok[offset[e] + c0 + j]) * hidden + kk), fx);
+        bf16x8(*reinterpret_cast<const uint4*>(x + static_cast<std::size_t>(plan.position_slot[base + c0 + j] / k) * hidden + kk),
+               fx);
 #pragma unroll
         for (int q = 0; q < 8; ++q) {
           g[j] = fmaf(fg[q], fx[q], g[j]);
@@ -116,18 +101,20 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int j = 0; j < kTokensPerPass; ++j) {
       if (j >= mc) break;
       const float gs = warp_sum(g[j]), us = warp_sum(u[j]);
-      if (lane == 0) h[static_cast<std::size_t>(offset[e] + c0 + j) * inter + i] = __float2bfloat16(gs / (1.0f + __expf(-gs)) * us);
+      if (lane == 0) h[static_cast<std::size_t>(base + c0 + j) * inter + i] = __float2bfloat16(gs / (1.0f + __expf(-gs)) * us);
     }
   }
 }
 
 // y[tok][slot][r] = weight * (down_r . h[pos]); a warp per output row r.
 __global__ void __launch_bounds__(kWarps * 32)
-    down_kernel(const __nv_bfloat16* h, const __nv_bfloat16* w, int hidden, int inter, int k, const int* count,
-                const int* offset, const int* list_tok, const int* list_slot, const float* list_w, float* y) {
-  const int e = blockIdx.y, m = count[e];
+    down_kernel(const __nv_bfloat16* h, const __nv_bfloat16* w, int hidden, int inter, expert_plan plan,
+                const float* weights, float* y) {
+  const int j_expert = blockIdx.y;
+  if (j_expert >= *plan.num_active) return;
+  const int e = plan.active[j_expert], m = plan.count[j_expert], base = plan.offset[j_expert];
   const int r = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x & 31;
-  if (m == 0 || r >= hidden) return;
+  if (r >= hidden) return;
   const __nv_bfloat16* wd = w + (static_cast<std::size_t>(e) * hidden + r) * inter;
   for (int c0 = 0; c0 < m; c0 += kTokensPerPass) {
     const int mc = min(kTokensPerPass, m - c0);
@@ -139,7 +126,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int j = 0; j < kTokensPerPass; ++j) {
         if (j >= mc) break;
         float fh[8];
-        bf16x8(*reinterpret_cast<const uint4*>(h + static_cast<std::size_t>(offset[e] + c0 + j) * inter + kk), fh);
+        bf16x8(*reinterpret_cast<const uint4*>(h + static_cast<std::size_t>(base + c0 + j) * inter + kk), fh);
 #pragma unroll
         for (int q = 0; q < 8; ++q) acc[j] = fmaf(fw[q], fh[q], acc[j]);
       }
@@ -148,8 +135,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int j = 0; j < kTokensPerPass; ++j) {
       if (j >= mc) break;
       const float s = warp_sum(acc[j]);
-      const int pos = offset[e] + c0 + j;
-      if (lane == 0) y[(static_cast<std::size_t>(list_tok[pos]) * k + list_slot[pos]) * hidden + r] = list_w[pos] * s;
+      const int slot = plan.position_slot[base + c0 + j];  // t * k + its place in the row
+      if (lane == 0) y[static_cast<std::size_t>(slot) * hidden + r] = weights[slot] * s;
     }
   }
 }
@@ -186,8 +173,8 @@ struct layer {
   layer_shape s;
   int max_rows;
   __nv_bfloat16 *w_gate_up, *w_down, *x, *h, *out;
-  float *logits, *weights, *y, *list_w;
-  int *ids, *count, *offset, *list_tok, *list_slot;
+  float *logits, *weights, *y;
+  int *ids, *num_active, *active, *count, *offset, *position_slot;
   void* ws;
   std::size_t ws_bytes = 0;
 
@@ -201,12 +188,12 @@ struct layer {
     logits = device_alloc<float>(rows * n);
     weights = device_alloc<float>(rows * k);
     y = device_alloc<float>(rows * k * H);
-    list_w = device_alloc<float>(rows * k);
     ids = device_alloc<int>(rows * k);
+    num_active = device_alloc<int>(1);
+    active = device_alloc<int>(n);
     count = device_alloc<int>(n);
-    offset = device_alloc<int>(n);
-    list_tok = device_alloc<int>(rows * k);
-    list_slot = device_alloc<int>(rows * k);
+    offset = device_alloc<int>(n + 1);
+    position_slot = device_alloc<int>(rows * k);
     fill_random<<<1024, 256>>>(w_gate_up, n * 2 * I * H, 1, 0.02f);
     fill_random<<<1024, 256>>>(w_down, n * H * I, 2, 0.02f);
     fill_random<<<256, 256>>>(x, rows * H, 3, 1.0f);
@@ -221,21 +208,27 @@ struct layer {
   ~layer() {
     for (void* p : {static_cast<void*>(w_gate_up), static_cast<void*>(w_down), static_cast<void*>(x), static_cast<void*>(h),
                     static_cast<void*>(out), static_cast<void*>(logits), static_cast<void*>(weights), static_cast<void*>(y),
-                    static_cast<void*>(list_w), static_cast<void*>(ids), static_cast<void*>(count), static_cast<void*>(offset),
-                    static_cast<void*>(list_tok), static_cast<void*>(list_slot), ws})
+                    static_cast<void*>(ids), static_cast<void*>(num_active), static_cast<void*>(active),
+                    static_cast<void*>(count), static_cast<void*>(offset), static_cast<void*>(position_slot), ws})
       cudaFree(p);
   }
 
-  // The whole layer for `rows` tokens: routing, plan, experts, combine. Graph-capturable.
+  // The whole layer for `rows` tokens: routing (with the sorted layout, one launch), experts,
+  // combine. Graph-capturable.
   void run(bool use_lynx, int rows, const lynx::route_params& p, cudaStream_t st) {
     std::size_t bytes = ws_bytes;
-    if (use_lynx) LYNX_CUDA_OK(lynx::route(ws, bytes, logits, s.num_experts, rows, rows, p, ids, weights, st));
-    else LYNX_CUDA_OK(lynx::topk_route(ws, bytes, logits, s.num_experts, rows, rows, p, ids, weights, st));
-    plan_kernel<<<1, 256, 0, st>>>(ids, weights, rows, s.top_k, s.num_experts, count, offset, list_tok, list_slot, list_w);
-    gate_up_kernel<<<dim3((s.inter + kWarps - 1) / kWarps, s.num_experts), kWarps * 32, 0, st>>>(x, w_gate_up, s.hidden, s.inter,
-                                                                                                 count, offset, list_tok, h);
-    down_kernel<<<dim3((s.hidden + kWarps - 1) / kWarps, s.num_experts), kWarps * 32, 0, st>>>(
-        h, w_down, s.hidden, s.inter, s.top_k, count, offset, list_tok, list_slot, list_w, y);
+    lynx::sorted_layout_ref layout;
+    layout.num_active = num_active, layout.active_experts = active, layout.expert_counts = count;
+    layout.expert_offsets = offset, layout.position_slot = position_slot;
+    const lynx::batch_ref<float, int> batch{logits, s.num_experts, rows, rows, ids, weights};
+    if (use_lynx) LYNX_CUDA_OK(lynx::route(ws, bytes, batch, p, layout, st));
+    else LYNX_CUDA_OK(lynx::topk_route(ws, bytes, batch, p, layout, st));
+    const expert_plan plan{num_active, active, count, offset, position_slot};
+    const unsigned expert_rows = static_cast<unsigned>(std::min(s.num_experts, rows * s.top_k));
+    gate_up_kernel<<<dim3((s.inter + kWarps - 1) / kWarps, expert_rows), kWarps * 32, 0, st>>>(x, w_gate_up, s.hidden,
+                                                                                               s.inter, s.top_k, plan, h);
+    down_kernel<<<dim3((s.hidden + kWarps - 1) / kWarps, expert_rows), kWarps * 32, 0, st>>>(h, w_down, s.hidden, s.inter,
+                                                                                             plan, weights, y);
     const std::size_t total = static_cast<std::size_t>(rows) * s.hidden;
     combine_kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, st>>>(y, rows, s.top_k, s.hidden, out);
     LYNX_CUDA_OK(cudaGetLastError());

@@ -12,7 +12,9 @@
 
 #include "batch.hpp"
 #include "detail/host/bodies.hpp"
+#include "detail/host/sorted_layout.hpp"
 #include "params.hpp"
+#include "sorted_layout.hpp"
 
 namespace lynx {
 namespace host {
@@ -117,6 +119,39 @@ template <class T, class IdT>
 status topk_route(const T* logits, std::int64_t row_stride, int num_rows, int num_valid,
                   const route_params& p, IdT* ids, float* weights) {
   return topk_route(batch_ref<T, IdT>{logits, row_stride, num_rows, num_valid, ids, weights}, p);
+}
+
+/// The expert-sorted layout (sorted_layout.hpp) of ids [num_rows x k] over n experts, the
+/// layout the device launchers write. ids == null: no slot takes part (the layout of a call
+/// with B = 0, which writes no ids).
+template <class IdT>
+status sorted_layout(const IdT* ids, int num_rows, int k, int n, const sorted_layout_ref& layout) {
+  if (n < 1 || n > max_experts) return status::invalid_num_experts;
+  if (k < 1 || k > max_top_k) return status::invalid_top_k;
+  if (num_rows < 0) return status::invalid_num_rows;
+  if (!layout_fits(layout, num_rows, k, n)) return status::invalid_layout;
+  detail::sorted_layout_body(ids, num_rows, k, n, layout);
+  return status::success;
+}
+
+/// route, then the sorted layout of the ids it wrote (of none when B = 0: route writes no ids).
+template <class T, class IdT>
+status route(const batch_ref<T, IdT>& batch, const route_params& p, const sorted_layout_ref& layout) {
+  if (!layout_fits(layout, batch.num_rows, p.top_k, p.num_experts) && check(p) == status::success)
+    return status::invalid_layout;
+  if (const status s = route(batch, p); s != status::success) return s;
+  const bool routed = valid_rows(batch.valid, batch.num_rows) > 0;
+  return host::sorted_layout(routed ? batch.ids : nullptr, batch.num_rows, p.top_k, p.num_experts, layout);
+}
+
+/// topk_route, then the sorted layout of its ids (as route's).
+template <class T, class IdT>
+status topk_route(const batch_ref<T, IdT>& batch, const route_params& p, const sorted_layout_ref& layout) {
+  if (!layout_fits(layout, batch.num_rows, p.top_k, p.num_experts) && check(p) == status::success)
+    return status::invalid_layout;
+  if (const status s = topk_route(batch, p); s != status::success) return s;
+  const bool routed = valid_rows(batch.valid, batch.num_rows) > 0;
+  return host::sorted_layout(routed ? batch.ids : nullptr, batch.num_rows, p.top_k, p.num_experts, layout);
 }
 
 }  // namespace host

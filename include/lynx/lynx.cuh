@@ -12,4 +12,6 @@
 #include "remap_topk.cuh"     // IWYU pragma: export
 #include "route.cuh"          // IWYU pragma: export
 #include "score_experts.cuh"  // IWYU pragma: export
+#include "sorted_layout.cuh"  // IWYU pragma: export
+#include "sorted_layout.hpp"  // IWYU pragma: export
 #include "topk_route.cuh"     // IWYU pragma: export

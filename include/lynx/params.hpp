@@ -63,6 +63,7 @@ enum class status : int {
   null_pointer,
   invalid_sentinel,
   invalid_policy,
+  invalid_layout,
 };
 
 inline const char* status_string(status s) {
@@ -77,6 +78,9 @@ inline const char* status_string(status s) {
     case status::invalid_token_count: return "the valid token count must be in [0, num_rows]";
     case status::null_pointer: return "a required pointer is null";
     case status::invalid_sentinel: return "sentinel_id must lie outside [0, num_experts)";
+    case status::invalid_layout:
+      return "sorted layout: block_size must lie in [1, 2^20] where vLLM's arrays are asked for, and "
+             "every size must fit in int32";
     case status::invalid_policy:
       return "policy settings: piggyback needs keep_k in [1, top_k]; budget needs exactly one of "
              "budget_experts in [top_k, num_experts], budget_fraction or budget_mass in (0, 1]";

@@ -9,6 +9,7 @@
 #include "detail/device/workspace.hpp"
 #include "remap_topk.cuh"
 #include "score_experts.cuh"
+#include "sorted_layout.hpp"
 
 namespace lynx {
 
@@ -23,11 +24,17 @@ namespace lynx {
 /// written) when lynx::check rejects the arguments or workspace_bytes is too small. Up to 512
 /// rows and 512 experts (k <= 16) the whole step is one kernel launch of one block; larger calls
 /// run the stages' kernels in turn.
+///
+/// With a sorted_layout_ref that asks for any array, the same call also writes the batch's
+/// expert-sorted layout (sorted_layout.hpp; vLLM's moe_align_block_size arrays among them): in
+/// the fused kernel itself, or one more one-block launch after the per-stage path. It needs no
+/// workspace. A call with B = 0 (a host count) routes nothing and writes the empty layout.
 template <class T, class IdT>
 cudaError_t route(void* workspace, std::size_t& workspace_bytes, const batch_ref<T, IdT>& batch,
-                  const route_params& p, cudaStream_t stream = 0) {
+                  const route_params& p, const sorted_layout_ref& layout, cudaStream_t stream = 0) {
   if (const status s = check(p, batch.num_rows, batch.row_stride, batch.valid); s != status::success)
     return detail::to_cuda_error(s);
+  if (!layout_fits(layout, batch.num_rows, p.top_k, p.num_experts)) return cudaErrorInvalidValue;
   detail::workspace_carver carver(workspace);
   const bool lynx_policy = p.kind == policy::lynx;
   const detail::route_workspace ws(carver, batch.num_rows, p.num_experts, p.top_k, lynx_policy,
@@ -37,7 +44,10 @@ cudaError_t route(void* workspace, std::size_t& workspace_bytes, const batch_ref
     return cudaSuccess;
   }
   if (!carver.fits(workspace_bytes)) return cudaErrorInvalidValue;
-  if (!has_rows(batch.num_rows, batch.valid)) return cudaSuccess;
+  const detail::any_batch any = detail::any_batch::of(batch);
+  if (!has_rows(batch.num_rows, batch.valid))
+    return layout.wanted() ? detail::launch_sorted_layout(any, false, p.top_k, p.num_experts, layout, stream)
+                           : cudaSuccess;
   if (const status s = check_pointers({batch.logits, batch.ids, batch.weights}); s != status::success)
     return detail::to_cuda_error(s);
   const int tier = detail::choose_tier(p.num_experts, p.top_k);
@@ -46,7 +56,7 @@ cudaError_t route(void* workspace, std::size_t& workspace_bytes, const batch_ref
     return detail::dispatch_tier<detail::fused_max_experts>(tier, [&](auto max_n, auto max_k) {
       constexpr int MaxN = decltype(max_n)::value, K = decltype(max_k)::value;
       detail::fused_route_kernel<MaxN, K>
-          <<<1, detail::fused_threads(MaxN), 0, stream>>>(detail::any_batch::of(batch), p, ws.remap);
+          <<<1, detail::fused_threads(MaxN), 0, stream>>>(any, p, ws.remap, layout);
       return cudaGetLastError();
     });
   }
@@ -57,7 +67,16 @@ cudaError_t route(void* workspace, std::size_t& workspace_bytes, const batch_ref
     if (cudaError_t e = score_experts(ws.bins, batch.num_rows, p, ws.counts, ws.ranks, stream); e != cudaSuccess)
       return e;
   }
-  return detail::launch_remap(ws.remap, detail::any_batch::of(batch), ws.bins, ws.ranks, p, stream);
+  if (const cudaError_t e = detail::launch_remap(ws.remap, any, ws.bins, ws.ranks, p, stream); e != cudaSuccess)
+    return e;
+  return layout.wanted() ? detail::launch_sorted_layout(any, true, p.top_k, p.num_experts, layout, stream)
+                         : cudaSuccess;
+}
+
+template <class T, class IdT>
+cudaError_t route(void* workspace, std::size_t& workspace_bytes, const batch_ref<T, IdT>& batch,
+                  const route_params& p, cudaStream_t stream = 0) {
+  return route(workspace, workspace_bytes, batch, p, sorted_layout_ref{}, stream);
 }
 
 template <class T, class IdT>

@@ -9,18 +9,22 @@
 #include "detail/device/workspace.hpp"
 #include "half.hpp"
 #include "params.hpp"
+#include "sorted_layout.hpp"
 
 namespace lynx {
 
 /// Plain top-k with the model's weighting (softmax -> top-k -> optional renormalize; sigmoid
 /// -> top-k). alpha, beta and the pinned rows are ignored. Same conventions as lynx::route,
 /// workspace query included (null workspace: only the size, no data pointer looked at). One
-/// memset of a few words and one kernel launch.
+/// memset of a few words and one kernel launch. With a sorted_layout_ref that asks for any
+/// array, the last block to finish also writes the expert-sorted layout (as lynx::route does),
+/// in the same launch.
 template <class T, class IdT>
 cudaError_t topk_route(void* workspace, std::size_t& workspace_bytes, const batch_ref<T, IdT>& batch,
-                       const route_params& p, cudaStream_t stream = 0) {
+                       const route_params& p, const sorted_layout_ref& layout, cudaStream_t stream = 0) {
   if (const status s = check(p, batch.num_rows, batch.row_stride, batch.valid); s != status::success)
     return detail::to_cuda_error(s);
+  if (!layout_fits(layout, batch.num_rows, p.top_k, p.num_experts)) return cudaErrorInvalidValue;
   detail::workspace_carver carver(workspace);
   const detail::topk_workspace ws(carver, batch.num_rows);
   if (!workspace) {
@@ -28,7 +32,10 @@ cudaError_t topk_route(void* workspace, std::size_t& workspace_bytes, const batc
     return cudaSuccess;
   }
   if (!carver.fits(workspace_bytes)) return cudaErrorInvalidValue;
-  if (!has_rows(batch.num_rows, batch.valid)) return cudaSuccess;
+  if (!has_rows(batch.num_rows, batch.valid))
+    return layout.wanted() ? detail::launch_sorted_layout(detail::any_batch::of(batch), false, p.top_k,
+                                                          p.num_experts, layout, stream)
+                           : cudaSuccess;
   if (const status s = check_pointers({batch.logits, batch.ids, batch.weights}); s != status::success)
     return detail::to_cuda_error(s);
   if (const cudaError_t e = cudaMemsetAsync(ws.state, 0, (detail::set_words + 1) * sizeof(std::uint32_t), stream);
@@ -37,10 +44,17 @@ cudaError_t topk_route(void* workspace, std::size_t& workspace_bytes, const batc
   return detail::dispatch_tier(detail::choose_tier(p.num_experts, p.top_k), [&](auto max_n, auto max_k) {
     constexpr int MaxN = decltype(max_n)::value, K = decltype(max_k)::value;
     detail::topk_route_kernel<MaxN, K>
-        <<<detail::warp_row_blocks(batch.num_rows), detail::warp_block_threads, 0, stream>>>(
-            detail::any_batch::of(batch), p, ws);
+        <<<detail::warp_row_blocks(batch.num_rows), detail::warp_block_threads,
+           layout.wanted() ? detail::topk_layout_bytes<MaxN> : 0, stream>>>(detail::any_batch::of(batch), p, ws,
+                                                                            layout);
     return cudaGetLastError();
   });
+}
+
+template <class T, class IdT>
+cudaError_t topk_route(void* workspace, std::size_t& workspace_bytes, const batch_ref<T, IdT>& batch,
+                       const route_params& p, cudaStream_t stream = 0) {
+  return topk_route(workspace, workspace_bytes, batch, p, sorted_layout_ref{}, stream);
 }
 
 template <class T, class IdT>

@@ -303,6 +303,64 @@ TEST(Launchers, ValidCallsGetPastTheHostChecks) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The sorted layout's host side: validation, the size query, and which calls launch.
+
+TEST(Launchers, SortedLayoutIsCheckedBeforeAnyLaunch) {
+  const int n = 64, k = 6, rows = 16;
+  const auto p = params(n, k);
+  std::int32_t word = 0;
+  lynx::sorted_layout_ref good;
+  good.block_size = 16, good.sorted_token_ids = &word, good.num_active = &word;
+  lynx::sorted_layout_ref no_block = good;
+  no_block.block_size = 0;
+  const lynx::batch_ref<float, int> query{nullptr, n, rows, rows, nullptr, nullptr};
+  std::size_t plain_bytes = 0, bytes = 0;
+  ASSERT_EQ(lynx::route(nullptr, plain_bytes, query, p), cudaSuccess);
+  EXPECT_EQ(lynx::route(nullptr, bytes, query, p, good), cudaSuccess);
+  EXPECT_EQ(bytes, plain_bytes) << "the layout needs no workspace";
+  EXPECT_EQ(lynx::topk_route(nullptr, bytes, query, p, good), cudaSuccess);
+  for (const auto& bad : {no_block}) {
+    EXPECT_EQ(lynx::route(nullptr, bytes, query, p, bad), cudaErrorInvalidValue);
+    EXPECT_EQ(lynx::topk_route(nullptr, bytes, query, p, bad), cudaErrorInvalidValue);
+    EXPECT_EQ(lynx::sorted_layout(&word, rows, k, n, bad), cudaErrorInvalidValue);
+  }
+  auto huge = good;
+  huge.block_size = 1 << 21;
+  EXPECT_EQ(lynx::sorted_layout(&word, rows, k, n, huge), cudaErrorInvalidValue);
+  EXPECT_EQ(lynx::sorted_layout(&word, 1 << 28, 16, n, good), cudaErrorInvalidValue) << "slots past int32";
+  EXPECT_EQ(lynx::sorted_layout(&word, rows, k, 0, good), cudaErrorInvalidValue);
+  EXPECT_EQ(lynx::sorted_layout(&word, rows, k, lynx::max_experts + 1, good), cudaErrorInvalidValue);
+  EXPECT_EQ(lynx::sorted_layout(&word, rows, 0, n, good), cudaErrorInvalidValue);
+  EXPECT_EQ(lynx::sorted_layout(&word, rows, lynx::max_top_k + 1, n, good), cudaErrorInvalidValue);
+  EXPECT_EQ(lynx::sorted_layout(&word, -1, k, n, good), cudaErrorInvalidValue);
+  EXPECT_EQ(lynx::sorted_layout(static_cast<const int*>(nullptr), rows, k, n, good), cudaErrorInvalidValue);
+  // Nothing asked for: nothing to launch, on any machine.
+  EXPECT_EQ(lynx::sorted_layout(&word, rows, k, n, lynx::sorted_layout_ref{}), cudaSuccess);
+  EXPECT_EQ(word, 0) << "nothing was written";
+}
+
+TEST(Launchers, SortedLayoutCallsLaunchEvenWithoutTokens) {
+  // B = 0 routes nothing but still writes the (empty) layout: that takes a launch, which fails
+  // without a GPU with the runtime's error, not the launchers' own rejection.
+  if (has_device()) GTEST_SKIP() << "a device is present: the device tests run these calls for real";
+  const int n = 64, k = 6, rows = 16;
+  const auto p = params(n, k);
+  std::int32_t word = 0;
+  lynx::sorted_layout_ref layout;
+  layout.num_active = &word;
+  std::vector<char> ws(1 << 20);
+  std::size_t bytes = ws.size();
+  const lynx::batch_ref<float, int> empty{nullptr, n, rows, 0, nullptr, nullptr};
+  for (const cudaError_t e : {lynx::route(ws.data(), bytes, empty, p, layout),
+                              lynx::topk_route(ws.data(), bytes, empty, p, layout),
+                              lynx::sorted_layout(&word, rows, k, n, layout)}) {
+    EXPECT_NE(e, cudaSuccess);
+    EXPECT_NE(e, cudaErrorInvalidValue) << cudaGetErrorString(e);
+  }
+  cudaGetLastError();
+}
+
+// ---------------------------------------------------------------------------------------------
 // Workspace carving, tiers and the path choice.
 
 TEST(Launchers, WorkspaceRegionsAreAlignedDisjointAndLargeEnough) {

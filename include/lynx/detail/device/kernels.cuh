@@ -16,7 +16,9 @@
 #include "../../block/route.cuh"
 #include "../../block/budget.cuh"
 #include "../../block/score_experts.cuh"
+#include "../../block/sorted_layout.cuh"
 #include "../../params.hpp"
+#include "../../sorted_layout.hpp"
 #include "../../warp/affinity_bin.cuh"
 #include "../../warp/remap_topk.cuh"
 #include "../../warp/row.cuh"
@@ -33,12 +35,32 @@ namespace detail {
 // ---------------------------------------------------------------------------------------------
 // The fused path: the whole step in one block (block_route), for num_rows <= 512 and N <= 512.
 
+/// The sorted layout of the batch's ids, block-collective, for the library's type-erased ids.
+template <class Layout>
+__device__ __forceinline__ void any_batch_layout(typename Layout::TempStorage& temp, const void* ids, bool ids64,
+                                                 int num_rows, int k, int n, const sorted_layout_ref& out) {
+  if (ids64)
+    Layout(temp).run(static_cast<const std::int64_t*>(ids), num_rows, k, n, out);
+  else
+    Layout(temp).run(static_cast<const std::int32_t*>(ids), num_rows, k, n, out);
+}
+
+/// With a layout asked for, the block lays out the ids it has just written, in the shared
+/// memory the routing used.
 template <int MaxN, int K>
 __global__ void __launch_bounds__(fused_threads(MaxN), 1)
-    fused_route_kernel(any_batch batch, route_params p, remap_workspace ws) {
+    fused_route_kernel(any_batch batch, route_params p, remap_workspace ws, sorted_layout_ref layout) {
   using route_t = block_route<MaxN, K, fused_threads(MaxN)>;
-  __shared__ typename route_t::TempStorage temp;
-  route_t(temp).run(batch, p, route_scratch{ws.plain, budget_scratch{ws.share, ws.top, ws.kth}});
+  using layout_t = block_sorted_layout<MaxN, fused_threads(MaxN)>;
+  union shared_t {
+    typename route_t::TempStorage route;
+    typename layout_t::TempStorage layout;
+  };
+  __shared__ shared_t temp;
+  route_t(temp.route).run(batch, p, route_scratch{ws.plain, budget_scratch{ws.share, ws.top, ws.kth}});
+  if (!layout.wanted()) return;
+  __syncthreads();
+  any_batch_layout<layout_t>(temp.layout, batch.ids, batch.ids64, batch.num_rows, p.top_k, p.num_experts, layout);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -46,9 +68,16 @@ __global__ void __launch_bounds__(fused_threads(MaxN), 1)
 // to finish (a counter, after a fence: CUDA's threadFenceReduction pattern) pads the rows that
 // do not vote from the union of the plain top-k.
 
+/// With a layout asked for, the last block also lays out every block's ids, in dynamic shared
+/// memory (topk_layout_bytes) that a call without a layout does not reserve.
+template <int MaxN>
+using topk_layout_t = block_sorted_layout<MaxN, warp_block_threads>;
+template <int MaxN>
+constexpr std::size_t topk_layout_bytes = sizeof(typename topk_layout_t<MaxN>::TempStorage);
+
 template <int MaxN, int K>
 __global__ void __launch_bounds__(warp_block_threads, 1)
-    topk_route_kernel(any_batch batch, route_params p, topk_workspace ws) {
+    topk_route_kernel(any_batch batch, route_params p, topk_workspace ws, sorted_layout_ref layout) {
   constexpr int warps = warp_block_threads / 32;
   __shared__ typename block_decide<warp_block_threads>::TempStorage decide_temp;
   __shared__ std::uint32_t plain_s[set_words];
@@ -78,6 +107,46 @@ __global__ void __launch_bounds__(warp_block_threads, 1)
   const block_decide<warp_block_threads> decision(decide_temp, plain_s, plain_s, n, k);  // no fallback: pads only
   for (int r = static_cast<int>(threadIdx.x) / 32; r < rows; r += warps)
     if (!__ldcg(ws.votes + r)) batch_emit_pad(batch, r, decision.pad_ids(), k, p);
+  if (!layout.wanted()) return;
+  __syncthreads();
+  extern __shared__ __align__(16) unsigned char dynamic_smem[];
+  any_batch_layout<topk_layout_t<MaxN>>(*reinterpret_cast<typename topk_layout_t<MaxN>::TempStorage*>(dynamic_smem),
+                                        batch.ids, batch.ids64, rows, k, n, layout);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The sorted layout in a launch of its own (lynx::sorted_layout, the per-stage path, B = 0):
+// one block.
+
+inline constexpr int layout_threads = 512;
+template <int MaxN, class IdT>
+__global__ void __launch_bounds__(layout_threads)
+    sorted_layout_kernel(const IdT* ids, int num_rows, int k, int n, sorted_layout_ref out) {
+  using layout_t = block_sorted_layout<MaxN, layout_threads>;
+  __shared__ typename layout_t::TempStorage temp;
+  layout_t(temp).run(ids, num_rows, k, n, out);
+}
+
+/// One launch of sorted_layout_kernel for n experts (ids == null: no slot takes part).
+template <class IdT>
+cudaError_t launch_sorted_layout(const IdT* ids, int num_rows, int k, int n, const sorted_layout_ref& out,
+                                 cudaStream_t stream) {
+  const auto go = [&](auto max_n) {
+    sorted_layout_kernel<decltype(max_n)::value, IdT><<<1, layout_threads, 0, stream>>>(ids, num_rows, k, n, out);
+    return cudaGetLastError();
+  };
+  if (n <= 128) return go(std::integral_constant<int, 128>{});
+  if (n <= 256) return go(std::integral_constant<int, 256>{});
+  if (n <= 512) return go(std::integral_constant<int, 512>{});
+  return go(std::integral_constant<int, max_experts>{});
+}
+inline cudaError_t launch_sorted_layout(const any_batch& batch, bool routed, int k, int n, const sorted_layout_ref& out,
+                                        cudaStream_t stream) {
+  if (batch.ids64)
+    return launch_sorted_layout(routed ? static_cast<const std::int64_t*>(batch.ids) : nullptr, batch.num_rows, k, n,
+                                out, stream);
+  return launch_sorted_layout(routed ? static_cast<const std::int32_t*>(batch.ids) : nullptr, batch.num_rows, k, n, out,
+                              stream);
 }
 
 // ---------------------------------------------------------------------------------------------

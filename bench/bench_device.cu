@@ -12,7 +12,7 @@
 
 #include <lynx/lynx.cuh>
 
-#include "../examples/common/trace.hpp"
+#include "bench_inputs.hpp"
 #include "bench_shapes.hpp"
 #include "device_timing.hpp"
 
@@ -33,15 +33,7 @@ void run(benchmark::State& state, lynx_bench::model_shape m, op which) {
   const int rows = static_cast<int>(state.range(0)), n = m.num_experts;
   lynx::route_params p = lynx_bench::shape_params(m);
   if (which != op::route_default) p.kind = lynx::policy::lynx;
-  lynx_examples::generator_options g;
-  g.num_experts = n;
-  g.top_k = m.top_k;
-  g.batches = 1;
-  g.batch_tokens = rows;
-  const auto tr = lynx_examples::generate_trace(g);
-  std::vector<T> host(static_cast<std::size_t>(rows) * n);
-  const float* mid = tr.row(tr.layers / 2, 0);
-  for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<T>(mid[i]);
+  const std::vector<T> host = lynx_bench::generator_logits<T>(m, rows);
   device_buffer logits(host.size() * sizeof(T)), ids(static_cast<std::size_t>(rows) * p.top_k * sizeof(int)),
       weights(static_cast<std::size_t>(rows) * p.top_k * sizeof(float)), bins(static_cast<std::size_t>(rows) * n),
       counts(static_cast<std::size_t>(lynx::max_bins) * n * 4), ranks(static_cast<std::size_t>(n) * 4);

@@ -14,7 +14,7 @@
 
 #include <lynx/lynx.cuh>
 
-#include "../examples/common/trace.hpp"
+#include "bench_inputs.hpp"
 #include "bench_shapes.hpp"
 #include "device_timing.hpp"
 
@@ -63,16 +63,10 @@ void run(benchmark::State& state, lynx_bench::model_shape m, fn which) {
   }
   const int rows = static_cast<int>(state.range(0)), n = m.num_experts, k = m.top_k;
   const lynx::route_params p = lynx_bench::shape_params(m);
-  lynx_examples::generator_options g;
-  g.num_experts = n;
-  g.top_k = k;
-  g.batches = 1;
-  g.batch_tokens = rows;
-  const auto tr = lynx_examples::generate_trace(g);
-  const float* mid = tr.row(tr.layers / 2, 0);
+  const std::vector<float> host = lynx_bench::generator_logits(m, rows);
   lynx_bench::device_buffer logits(sizeof(float) * rows * n), keys(sizeof(std::uint64_t) * rows * k),
       ranks(sizeof(std::int32_t) * n);
-  cudaMemcpy(logits.p, mid, sizeof(float) * rows * n, cudaMemcpyHostToDevice);
+  cudaMemcpy(logits.p, host.data(), sizeof(float) * rows * n, cudaMemcpyHostToDevice);
   const float* L = logits.as<float>();
   const int depth = d::bin_depth(p.beta);
   lynx_bench::time_graph(state, [&](cudaStream_t s) -> cudaError_t {

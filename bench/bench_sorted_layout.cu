@@ -4,9 +4,9 @@
 //   route            lynx::route alone (default policy; the baseline of the targets)
 //   route_sorted     lynx::route writing the layout in the same launch
 //   route+layout     lynx::route, then lynx::sorted_layout (the same block code, a launch of its own)
-//   route+align      lynx::route, then align_kernel below: a separate alignment kernel of the same
-//                    output written the straightforward way (a thread per expert scans every
-//                    slot; one thread scans the offsets), as engines run moe_align_block_size
+//   route+align      lynx::route, then align_kernel.cuh's kernel: a separate alignment kernel of
+//                    the same output written the straightforward way (a thread per expert scans
+//                    every slot; one thread scans the offsets), as engines run moe_align_block_size
 // and the same four for topk_route. Each benchmark checks once, before timing, that its arrays
 // equal route_sorted's (topk_route_sorted's); a mismatch skips it with an error.
 #include <benchmark/benchmark.h>
@@ -19,7 +19,8 @@
 
 #include <lynx/lynx.cuh>
 
-#include "../examples/common/trace.hpp"
+#include "align_kernel.cuh"
+#include "bench_inputs.hpp"
 #include "bench_shapes.hpp"
 #include "device_timing.hpp"
 
@@ -28,51 +29,6 @@ namespace {
 using lynx_bench::device_buffer;
 
 constexpr int block_size = 16;
-constexpr int align_threads = 1024;
-
-/// The straightforward alignment kernel (one block): stable, the same arrays as the library's.
-__global__ void __launch_bounds__(align_threads)
-    align_kernel(const int* ids, int slots, int n, int cap, int max_blocks, lynx::sorted_layout_ref out) {
-  __shared__ int count[lynx::max_experts], start[lynx::max_experts], padded[lynx::max_experts], active_at[lynx::max_experts];
-  __shared__ int totals[3];
-  const int tid = static_cast<int>(threadIdx.x), bs = out.block_size;
-  for (int e = tid; e < n; e += align_threads) {
-    int c = 0;
-    for (int s = 0; s < slots; ++s) c += ids[s] == e;
-    count[e] = c;
-  }
-  __syncthreads();
-  if (tid == 0) {
-    int total = 0, pad = 0, active = 0;
-    for (int e = 0; e < n; ++e) {
-      start[e] = total, padded[e] = pad, active_at[e] = active;
-      total += count[e], pad += (count[e] + bs - 1) / bs * bs, active += count[e] > 0;
-    }
-    totals[0] = total, totals[1] = pad, totals[2] = active;
-    *out.num_active = active, *out.num_tokens_post_padded = pad;
-  }
-  __syncthreads();
-  for (int e = tid; e < n; e += align_threads) {
-    const int c = count[e], p = padded[e], run = (c + bs - 1) / bs * bs;
-    if (c > 0) {
-      out.active_experts[active_at[e]] = e, out.expert_counts[active_at[e]] = c, out.expert_offsets[active_at[e]] = start[e];
-      for (int b = p / bs; b < (p + run) / bs; ++b) out.expert_ids[b] = e;
-    }
-    int j = 0;
-    for (int s = 0; s < slots; ++s)
-      if (ids[s] == e) {
-        out.slot_position[s] = start[e] + j, out.position_slot[start[e] + j] = s, out.sorted_token_ids[p + j] = s;
-        ++j;
-      }
-    for (; j < run; ++j) out.sorted_token_ids[p + j] = slots;
-  }
-  for (int i = totals[2] + tid; i < n; i += align_threads) out.active_experts[i] = -1, out.expert_counts[i] = 0;
-  for (int i = totals[2] + tid; i <= n; i += align_threads) out.expert_offsets[i] = totals[0];
-  for (int i = totals[1] + tid; i < cap; i += align_threads) out.sorted_token_ids[i] = slots;
-  for (int b = totals[1] / bs + tid; b < max_blocks; b += align_threads) out.expert_ids[b] = -1;
-  // Routed ids are in [0, n): every slot takes part, so slot_position and position_slot are full.
-}
-
 /// Every array of one layout in device memory.
 struct layout_arrays {
   int slots, cap, max_blocks;
@@ -111,12 +67,7 @@ void run(benchmark::State& state, lynx_bench::model_shape m, bool plain, variant
   }
   const int rows = static_cast<int>(state.range(0)), n = m.num_experts, k = m.top_k;
   const lynx::route_params p = lynx_bench::shape_params(m);
-  lynx_examples::generator_options g;
-  g.num_experts = n, g.top_k = k, g.batches = 1, g.batch_tokens = rows;
-  const auto tr = lynx_examples::generate_trace(g);
-  std::vector<__nv_bfloat16> host(static_cast<std::size_t>(rows) * n);
-  const float* mid = tr.row(tr.layers / 2, 0);
-  for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<__nv_bfloat16>(mid[i]);
+  const std::vector<__nv_bfloat16> host = lynx_bench::generator_logits<__nv_bfloat16>(m, rows);
   device_buffer logits(host.size() * 2), ids(static_cast<std::size_t>(rows) * k * 4), weights(static_cast<std::size_t>(rows) * k * 4);
   cudaMemcpy(logits.p, host.data(), host.size() * 2, cudaMemcpyHostToDevice);
   const lynx::batch_ref<__nv_bfloat16, int> batch{logits.as<__nv_bfloat16>(), n, rows, rows, ids.as<int>(),
@@ -140,7 +91,7 @@ void run(benchmark::State& state, lynx_bench::model_shape m, bool plain, variant
         return lynx::sorted_layout(ids.as<int>(), rows, k, n, out.ref, s);
       case variant::then_align:
         if (const cudaError_t e = routing(s, lynx::sorted_layout_ref{}); e != cudaSuccess) return e;
-        align_kernel<<<1, align_threads, 0, s>>>(ids.as<int>(), out.slots, n, out.cap, out.max_blocks, out.ref);
+        lynx_bench::align_kernel<><<<1, lynx_bench::align_threads, 0, s>>>(ids.as<int>(), out.slots, n, out.cap, out.max_blocks, out.ref);
         return cudaGetLastError();
     }
     return cudaErrorInvalidValue;

@@ -7,7 +7,10 @@
 //   lynx_one_call ENTRY N K T [lynx|budget]    ENTRY: route | topk_route | route_sorted |
 //                                              topk_route_sorted (the call also writes the
 //                                              sorted layout, block_size 16, every array;
-//                                              checked against the host path too)
+//                                              checked against the host path too) |
+//                                              route+align | topk_route+align (the call, then
+//                                              align_kernel.cuh's separate kernel for the same
+//                                              arrays)
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -18,13 +21,15 @@
 #include <lynx/lynx.cuh>
 
 #include "../examples/common/trace.hpp"
+#include "align_kernel.cuh"
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: lynx_one_call route|topk_route|route_sorted|topk_route_sorted N K T [lynx|budget]\n");
+    std::fprintf(stderr, "usage: lynx_one_call route|topk_route|route_sorted|topk_route_sorted|route+align|topk_route+align N K T [lynx|budget]\n");
     return 2;
   }
-  const bool topk = std::strncmp(argv[1], "topk_route", 10) == 0, sorted = std::strstr(argv[1], "_sorted") != nullptr;
+  const bool topk = std::strncmp(argv[1], "topk_route", 10) == 0, align = std::strstr(argv[1], "+align") != nullptr,
+             sorted = align || std::strstr(argv[1], "_sorted") != nullptr;
   const int n = std::atoi(argv[2]), k = std::atoi(argv[3]), rows = std::atoi(argv[4]);
   lynx::route_params p = lynx::default_params(n, k);
   p.renormalize = true;
@@ -78,7 +83,12 @@ int main(int argc, char** argv) {
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
   cudaEventRecord(start);
-  const cudaError_t e = topk ? lynx::topk_route(ws, bytes, batch, p, layout) : lynx::route(ws, bytes, batch, p, layout);
+  const lynx::sorted_layout_ref in_call = align ? lynx::sorted_layout_ref{} : layout;
+  cudaError_t e = topk ? lynx::topk_route(ws, bytes, batch, p, in_call) : lynx::route(ws, bytes, batch, p, in_call);
+  if (e == cudaSuccess && align) {
+    lynx_bench::align_kernel<><<<1, lynx_bench::align_threads>>>(ids, slots, n, cap, blocks, layout);
+    e = cudaGetLastError();
+  }
   cudaEventRecord(stop);
   if (e != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
     std::fprintf(stderr, "call: %s\n", cudaGetErrorString(e != cudaSuccess ? e : cudaGetLastError()));

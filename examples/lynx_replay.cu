@@ -165,11 +165,14 @@ int main(int argc, char** argv) {
     std::printf("batch size: %s\n\n", o.batch_size ? std::to_string(o.batch_size).c_str() : "as in the trace");
     std::printf("%6s %8s %8s %9s %7s %9s %9s\n", "layer", "batches", "top1_p", "before", "after", "retained", "top1_kept");
 
-    std::vector<int> dump_ids;
-    std::vector<float> dump_w;
+    // --dump: Lynx's ids and weights, and the baseline router's (topk_route, host path) for the
+    // same batches, in the same [layers, tokens, k] layout.
+    std::vector<int> dump_ids, plain_ids;
+    std::vector<float> dump_w, plain_w;
     if (!o.dump_dir.empty()) {
       dump_ids.assign(static_cast<std::size_t>(tr.layers) * tr.tokens * k, -1);
       dump_w.assign(dump_ids.size(), 0.0f);
+      plain_ids = dump_ids, plain_w = dump_w;
     }
     const auto layers = evaluate(tr, p, o.batch_size, r,
                                  [&](int l, int first, int rows, const int* ids, const float* w, const lynx::batch_measures&) {
@@ -177,6 +180,9 @@ int main(int argc, char** argv) {
                                    const std::size_t at = (static_cast<std::size_t>(l) * tr.tokens + first) * k;
                                    std::copy_n(ids, static_cast<std::size_t>(rows) * k, dump_ids.begin() + at);
                                    std::copy_n(w, static_cast<std::size_t>(rows) * k, dump_w.begin() + at);
+                                   if (lynx::host::topk_route(tr.row(l, first), n, rows, rows, p, plain_ids.data() + at,
+                                                              plain_w.data() + at) != lynx::status::success)
+                                     fail("topk_route failed");
                                  });
     for (std::size_t l = 0; l < layers.size(); ++l) {
       const summary& s = layers[l];
@@ -192,7 +198,10 @@ int main(int argc, char** argv) {
       ::mkdir(o.dump_dir.c_str(), 0755);
       npy::save(o.dump_dir + "/ids.npy", dump_ids, {tr.layers, tr.tokens, k});
       npy::save(o.dump_dir + "/weights.npy", dump_w, {tr.layers, tr.tokens, k});
-      std::printf("wrote %s/ids.npy and %s/weights.npy [%d, %d, %d]\n", o.dump_dir.c_str(), o.dump_dir.c_str(), tr.layers, tr.tokens, k);
+      npy::save(o.dump_dir + "/plain_ids.npy", plain_ids, {tr.layers, tr.tokens, k});
+      npy::save(o.dump_dir + "/plain_weights.npy", plain_w, {tr.layers, tr.tokens, k});
+      std::printf("wrote %s/{ids,weights,plain_ids,plain_weights}.npy [%d, %d, %d]\n", o.dump_dir.c_str(), tr.layers,
+                  tr.tokens, k);
     }
     if (o.json)
       std::printf("{\"trace\": \"%s\", \"num_experts\": %d, \"top_k\": %d, \"policy\": \"%s\", \"batch_size\": %d, "

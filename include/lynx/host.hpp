@@ -64,6 +64,7 @@ status remap_topk(const batch_ref<T, IdT>& batch, const std::int8_t* bins, const
                               needs_scores ? static_cast<const void*>(ranks) : batch.logits});
       s != status::success)
     return s;
+  if (const status s = check_router_supported(p); s != status::success) return s;
   const int num_valid = valid_rows(batch.valid, batch.num_rows);
   if (num_valid == 0) return status::success;
   detail::remap_topk_body_dispatch(batch.logits, batch.row_stride, batch.num_rows, num_valid, bins, ranks, p,
@@ -85,6 +86,7 @@ status route(const batch_ref<T, IdT>& batch, const route_params& p) {
   if (const status s = check(p, batch.num_rows, batch.row_stride, batch.valid, {batch.logits, batch.ids, batch.weights});
       s != status::success)
     return s;
+  if (const status s = check_router_supported(p); s != status::success) return s;
   if (p.kind != policy::lynx)  // the other policies need no bins or scores
     return remap_topk(batch, nullptr, nullptr, p);
   const int num_valid = valid_rows(batch.valid, batch.num_rows);
@@ -100,8 +102,9 @@ status route(const T* logits, std::int64_t row_stride, int num_rows, int num_val
   return route(batch_ref<T, IdT>{logits, row_stride, num_rows, num_valid, ids, weights}, p);
 }
 
-/// SPEC §4, the baseline router: plain top-k with the model's weighting; non-voting rows as
-/// SPEC §5 says (the set the batch loads is the union of the voting rows' top-k).
+/// SPEC §4, the baseline router: plain top-k with the model's weighting, or the model's own
+/// router where p.router describes one (bias in host memory); non-voting rows as SPEC §5 says
+/// (the set the batch loads is the union of the voting rows' top-k).
 /// (batch.pinned is ignored: every row keeps its plain top-k.)
 template <class T, class IdT>
 status topk_route(const batch_ref<T, IdT>& batch, const route_params& p) {
@@ -134,24 +137,31 @@ status sorted_layout(const IdT* ids, int num_rows, int k, int n, const sorted_la
   return status::success;
 }
 
-/// route, then the sorted layout of the ids it wrote (of none when B = 0: route writes no ids).
-template <class T, class IdT>
-status route(const batch_ref<T, IdT>& batch, const route_params& p, const sorted_layout_ref& layout) {
+namespace detail {
+/// A router call (route or topk_route), then the sorted layout of the ids it wrote (of none
+/// when B = 0: the routers write no ids then). A bad layout is rejected before routing.
+template <class Router, class T, class IdT>
+status route_then_layout(Router&& router, const batch_ref<T, IdT>& batch, const route_params& p,
+                         const sorted_layout_ref& layout) {
   if (!layout_fits(layout, batch.num_rows, p.top_k, p.num_experts) && check(p) == status::success)
     return status::invalid_layout;
-  if (const status s = route(batch, p); s != status::success) return s;
+  if (const status s = router(batch, p); s != status::success) return s;
   const bool routed = valid_rows(batch.valid, batch.num_rows) > 0;
   return host::sorted_layout(routed ? batch.ids : nullptr, batch.num_rows, p.top_k, p.num_experts, layout);
 }
+}  // namespace detail
 
-/// topk_route, then the sorted layout of its ids (as route's).
+/// route, then the sorted layout of its ids: what lynx::route writes with a sorted_layout_ref.
+template <class T, class IdT>
+status route(const batch_ref<T, IdT>& batch, const route_params& p, const sorted_layout_ref& layout) {
+  return detail::route_then_layout([](const auto& b, const auto& q) { return host::route(b, q); }, batch, p, layout);
+}
+
+/// topk_route, then the sorted layout of its ids (as lynx::topk_route writes it).
 template <class T, class IdT>
 status topk_route(const batch_ref<T, IdT>& batch, const route_params& p, const sorted_layout_ref& layout) {
-  if (!layout_fits(layout, batch.num_rows, p.top_k, p.num_experts) && check(p) == status::success)
-    return status::invalid_layout;
-  if (const status s = topk_route(batch, p); s != status::success) return s;
-  const bool routed = valid_rows(batch.valid, batch.num_rows) > 0;
-  return host::sorted_layout(routed ? batch.ids : nullptr, batch.num_rows, p.top_k, p.num_experts, layout);
+  return detail::route_then_layout([](const auto& b, const auto& q) { return host::topk_route(b, q); }, batch, p,
+                                   layout);
 }
 
 }  // namespace host

@@ -24,6 +24,31 @@ enum class policy : int {
   budget = 2,     ///< greedy max of the batch's retained router mass under a size limit
 };
 
+/// The model's own router where it is more than plain top-k (vLLM's grouped_topk, FlashInfer's
+/// fused_topk_deepseek, TensorRT-LLM's noaux_tc): DeepSeek-V3/R1, Kimi-K2, GLM-4.5, MiniMax-M2
+/// (sigmoid scores plus a per-expert correction bias for the choice, groups), DeepSeek-V2
+/// (softmax, groups), and a routed scaling factor. The defaults are plain top-k. For each row:
+/// - choice score c[e] = sigmoid(l[e]) + bias[e] with a bias (sigmoid scoring only), else the
+///   logit itself (the same order as the score);
+/// - with groups (N / num_groups experts each, in id order): a group's score is the sum of its
+///   two largest c with a bias (DeepSeek-V3), else its largest c (DeepSeek-V2); the top_groups
+///   best groups are kept (ties: the lower group), and the top-k by c is taken inside them
+///   (ties: the lower id);
+/// - weights from the unbiased scores of the chosen experts as SPEC §3.3 step 4 computes them
+///   (renormalize or not), times `scaling`, in one more fp32 rounding.
+/// Only topk_route (host and device) takes such a router so far; the Lynx policies refuse one
+/// (status::unsupported_router).
+struct model_router {
+  const float* bias = nullptr;  ///< [N] e_score_correction_bias, fp32 (device memory for the launchers)
+  int num_groups = 1;           ///< n_group, 1 .. 32, dividing N
+  int top_groups = 1;           ///< topk_group, 1 .. num_groups
+  float scaling = 1.0f;         ///< routed_scaling_factor (1: the caller applies it, or none)
+  LYNX_HD bool grouped() const { return num_groups > 1; }
+  /// Whether the choice differs from plain top-k (bias or groups).
+  LYNX_HD bool custom_choice() const { return bias != nullptr || grouped(); }
+  LYNX_HD bool plain() const { return !custom_choice() && scaling == 1.0f; }
+};
+
 /// Everything the model and the policy fix for a routing step; the batch itself is a
 /// batch_ref (batch.hpp).
 struct route_params {
@@ -48,6 +73,9 @@ struct route_params {
   float budget_fraction = 0.0f;
   float budget_mass = 0.0f;
   // Rows that must keep their plain top-k are the batch's, not the model's: batch_ref::pinned.
+
+  /// The model's router beyond plain top-k (grouped, biased, scaled); plain by default.
+  model_router router;
 };
 
 /// Why a call cannot run (CUTLASS style: a small enum with a string each).
@@ -64,6 +92,8 @@ enum class status : int {
   invalid_sentinel,
   invalid_policy,
   invalid_layout,
+  invalid_router,
+  unsupported_router,
 };
 
 inline const char* status_string(status s) {
@@ -81,6 +111,13 @@ inline const char* status_string(status s) {
     case status::invalid_layout:
       return "sorted layout: block_size must lie in [1, 2^20] where vLLM's arrays are asked for, and "
              "every size must fit in int32";
+    case status::invalid_router:
+      return "router: num_groups in [1, 32] dividing num_experts, top_groups in [1, num_groups] holding at "
+             "least top_k experts, groups of at least 2 experts with a bias, a bias only with sigmoid "
+             "scoring, scaling finite and > 0";
+    case status::unsupported_router:
+      return "the Lynx policies (route, remap_topk) do not take a grouped, biased or scaled router yet; "
+             "topk_route does";
     case status::invalid_policy:
       return "policy settings: piggyback needs keep_k in [1, top_k]; budget needs exactly one of "
              "budget_experts in [top_k, num_experts], budget_fraction or budget_mass in (0, 1]";
@@ -96,6 +133,14 @@ inline status check(const route_params& p) {
   if (p.beta < 0 || p.beta > max_bin_depth) return status::invalid_beta;
   if (p.pad_with_sentinel && p.sentinel_id >= 0 && p.sentinel_id < p.num_experts)
     return status::invalid_sentinel;
+  {
+    const model_router& r = p.router;
+    const bool groups_ok = r.num_groups >= 1 && r.num_groups <= 32 && p.num_experts % r.num_groups == 0 &&
+                           r.top_groups >= 1 && r.top_groups <= r.num_groups &&
+                           r.top_groups * (p.num_experts / r.num_groups) >= p.top_k;
+    const bool bias_ok = !r.bias || (p.score == scoring::sigmoid && (!r.grouped() || p.num_experts / r.num_groups >= 2));
+    if (!groups_ok || !bias_ok || !(r.scaling > 0.0f) || !std::isfinite(r.scaling)) return status::invalid_router;
+  }
   switch (p.kind) {
     case policy::lynx: break;
     case policy::piggyback:
@@ -115,6 +160,11 @@ inline status check(const route_params& p) {
     default: return status::invalid_policy;
   }
   return status::success;
+}
+
+/// The Lynx policies (route, remap_topk) on a router beyond plain top-k: not yet.
+inline status check_router_supported(const route_params& p) {
+  return p.router.plain() ? status::success : status::unsupported_router;
 }
 
 /// Whether a call has rows to route: a device-side count may be anything, so it has.
@@ -202,6 +252,52 @@ inline std::optional<preset> find_preset(std::string_view name) {
   for (const preset& p : presets)
     if (p.name == name) return p;
   return std::nullopt;
+}
+
+/// A model's own routing constants (its config.json), for topk_route's baseline. `biased`: the
+/// model has an e_score_correction_bias per layer, which the caller passes (model_params).
+struct model_routing {
+  std::string_view name;
+  int num_experts, top_k;
+  scoring score;
+  bool renormalize;  ///< norm_topk_prob (gpt-oss's softmax over the chosen experts is the same)
+  bool biased;
+  int num_groups, top_groups;  ///< n_group, topk_group
+  float scaling;               ///< routed_scaling_factor
+};
+
+inline constexpr model_routing model_routings[] = {
+    {"deepseek-v3", 256, 8, scoring::sigmoid, true, true, 8, 4, 2.5f},  // also DeepSeek-R1
+    {"kimi-k2", 384, 8, scoring::sigmoid, true, true, 1, 1, 2.827f},
+    {"glm-4.5", 160, 8, scoring::sigmoid, true, true, 1, 1, 2.5f},
+    {"minimax-m2", 256, 8, scoring::sigmoid, true, true, 1, 1, 1.0f},
+    {"deepseek-v2", 160, 6, scoring::softmax, false, false, 8, 3, 16.0f},
+    {"deepseek-v2-lite", 64, 6, scoring::softmax, false, false, 1, 1, 1.0f},
+    {"qwen3-next", 512, 10, scoring::softmax, true, false, 1, 1, 1.0f},
+    {"qwen3-235b-a22b", 128, 8, scoring::softmax, true, false, 1, 1, 1.0f},
+    {"gpt-oss-120b", 128, 4, scoring::softmax, true, false, 1, 1, 1.0f},
+};
+
+inline std::optional<model_routing> find_model(std::string_view name) {
+  for (const model_routing& m : model_routings)
+    if (m.name == name) return m;
+  return std::nullopt;
+}
+
+/// topk_route's parameters for a model: its scoring, renormalize and router, with the layer's
+/// correction bias (required where m.biased; device memory for the launchers). The Lynx
+/// policies do not take such a router yet (status::unsupported_router).
+inline route_params model_params(const model_routing& m, const float* bias = nullptr) {
+  route_params p;
+  p.num_experts = m.num_experts;
+  p.top_k = m.top_k;
+  p.score = m.score;
+  p.renormalize = m.renormalize;
+  p.router.bias = m.biased ? bias : nullptr;
+  p.router.num_groups = m.num_groups;
+  p.router.top_groups = m.top_groups;
+  p.router.scaling = m.scaling;
+  return p;
 }
 
 /// Parameters for a preset; the caller still chooses renormalize and padding behaviour.

@@ -50,6 +50,7 @@ cudaError_t remap_topk(void* workspace, std::size_t& workspace_bytes, const batc
                        cudaStream_t stream = 0) {
   if (const status s = check(p, batch.num_rows, batch.row_stride, batch.valid); s != status::success)
     return detail::to_cuda_error(s);
+  if (check_router_supported(p) != status::success) return cudaErrorInvalidValue;
   detail::workspace_carver carver(workspace);
   const detail::remap_workspace ws(carver, batch.num_rows, p.num_experts, p.top_k, p.kind == policy::budget);
   if (!workspace) {

@@ -35,6 +35,7 @@ cudaError_t route(void* workspace, std::size_t& workspace_bytes, const batch_ref
   if (const status s = check(p, batch.num_rows, batch.row_stride, batch.valid); s != status::success)
     return detail::to_cuda_error(s);
   if (!layout_fits(layout, batch.num_rows, p.top_k, p.num_experts)) return cudaErrorInvalidValue;
+  if (check_router_supported(p) != status::success) return cudaErrorInvalidValue;
   detail::workspace_carver carver(workspace);
   const bool lynx_policy = p.kind == policy::lynx;
   const detail::route_workspace ws(carver, batch.num_rows, p.num_experts, p.top_k, lynx_policy,

@@ -14,7 +14,9 @@
 namespace lynx {
 
 /// Plain top-k with the model's weighting (softmax -> top-k -> optional renormalize; sigmoid
-/// -> top-k). alpha, beta and the pinned rows are ignored. Same conventions as lynx::route,
+/// -> top-k), or the model's own router where p.router describes one (groups, a correction
+/// bias in device memory, a scaling factor: params.hpp). alpha, beta and the pinned rows are
+/// ignored. Same conventions as lynx::route,
 /// workspace query included (null workspace: only the size, no data pointer looked at). One
 /// memset of a few words and one kernel launch. With a sorted_layout_ref that asks for any
 /// array, the last block to finish also writes the expert-sorted layout (as lynx::route does),

@@ -17,6 +17,7 @@
 
 #include "../support/params.hpp"
 #include "../support/device.hpp"
+#include "../support/device_vectors.hpp"
 #include "../support/random_logits.hpp"
 
 namespace {
@@ -34,19 +35,8 @@ std::vector<T> convert(const std::vector<float>& v) {
   return out;
 }
 
-template <class T>
-thrust::device_vector<T> to_device(const std::vector<T>& v) {
-  thrust::device_vector<T> d(v.size());
-  if (!v.empty()) cudaMemcpy(thrust::raw_pointer_cast(d.data()), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
-  return d;
-}
-
-template <class T>
-std::vector<T> to_host(const thrust::device_vector<T>& d) {
-  std::vector<T> v(d.size());
-  if (!v.empty()) cudaMemcpy(v.data(), thrust::raw_pointer_cast(d.data()), v.size() * sizeof(T), cudaMemcpyDeviceToHost);
-  return v;
-}
+using lynx_test::to_device;
+using lynx_test::to_host;
 
 void expect_weights_close(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
   ASSERT_EQ(got.size(), want.size());

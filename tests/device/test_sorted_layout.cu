@@ -13,6 +13,7 @@
 #include <lynx/lynx.cuh>
 
 #include "../support/device.hpp"
+#include "../support/device_vectors.hpp"
 #include "../support/layout_buffers.hpp"
 #include "../support/params.hpp"
 #include "../support/random_logits.hpp"
@@ -21,18 +22,8 @@ namespace {
 
 using lynx_test::layout_buffers;
 
-template <class T>
-thrust::device_vector<T> to_device(const std::vector<T>& v) {
-  thrust::device_vector<T> d(v.size());
-  if (!v.empty()) cudaMemcpy(thrust::raw_pointer_cast(d.data()), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
-  return d;
-}
-
-template <class T>
-void to_host(const thrust::device_vector<T>& d, std::vector<T>& v) {
-  v.resize(d.size());
-  if (!v.empty()) cudaMemcpy(v.data(), thrust::raw_pointer_cast(d.data()), v.size() * sizeof(T), cudaMemcpyDeviceToHost);
-}
+using lynx_test::to_device;
+using lynx_test::to_host;
 
 /// The device twin of a layout_buffers (same canaries, same arrays asked for).
 struct device_layout {
@@ -54,9 +45,9 @@ struct device_layout {
     ref.num_tokens_post_padded = at(post, h.ref.num_tokens_post_padded);
   }
   void download(layout_buffers& h) const {
-    to_host(num_active, h.num_active), to_host(active, h.active), to_host(counts, h.counts);
-    to_host(offsets, h.offsets), to_host(slot_pos, h.slot_pos), to_host(pos_slot, h.pos_slot);
-    to_host(sorted, h.sorted), to_host(blocks, h.blocks), to_host(post, h.post);
+    h.num_active = to_host(num_active), h.active = to_host(active), h.counts = to_host(counts);
+    h.offsets = to_host(offsets), h.slot_pos = to_host(slot_pos), h.pos_slot = to_host(pos_slot);
+    h.sorted = to_host(sorted), h.blocks = to_host(blocks), h.post = to_host(post);
   }
 };
 
@@ -116,7 +107,7 @@ void check_call(entry which, const layout_case& c, std::uint32_t seed) {
   ASSERT_EQ(which == entry::route ? lynx::route(w_ptr, bytes, db, p, dl.ref) : lynx::topk_route(w_ptr, bytes, db, p, dl.ref),
             cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  to_host(d_ids, d_ids_host);
+  d_ids_host = to_host(d_ids);
   if (c.valid > 0) EXPECT_EQ(d_ids_host, ids) << "ids";
   dl.download(got);
   expect_same(got, want, which == entry::route ? "route" : "topk_route");

@@ -339,6 +339,18 @@ TEST(Launchers, SortedLayoutIsCheckedBeforeAnyLaunch) {
   EXPECT_EQ(word, 0) << "nothing was written";
 }
 
+TEST(Launchers, ThePoliciesRefuseAModelRouterAndTopkRouteTakesIt) {
+  auto p = params(64, 4);
+  p.router.num_groups = 8, p.router.top_groups = 2, p.router.scaling = 2.5f;
+  std::size_t bytes = 0;
+  EXPECT_EQ((lynx::route<float, int>(nullptr, bytes, nullptr, 64, 4, 4, p, nullptr, nullptr)), cudaErrorInvalidValue);
+  EXPECT_EQ((lynx::remap_topk<float, int>(nullptr, bytes, nullptr, 64, 4, 4, nullptr, nullptr, p, nullptr, nullptr)),
+            cudaErrorInvalidValue);
+  EXPECT_EQ((lynx::topk_route<float, int>(nullptr, bytes, nullptr, 64, 4, 4, p, nullptr, nullptr)), cudaSuccess);
+  p.router.num_groups = 6;  // does not divide 64
+  EXPECT_EQ((lynx::topk_route<float, int>(nullptr, bytes, nullptr, 64, 4, 4, p, nullptr, nullptr)), cudaErrorInvalidValue);
+}
+
 TEST(Launchers, SortedLayoutCallsLaunchEvenWithoutTokens) {
   // B = 0 routes nothing but still writes the (empty) layout: that takes a launch, which fails
   // without a GPU with the runtime's error, not the launchers' own rejection.

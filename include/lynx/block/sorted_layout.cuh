@@ -4,7 +4,8 @@
 // topk_route's last block) or any ids. Deterministic without sorting: the per-expert counts are
 // integer atomics, the offsets one cub::BlockScan, and a slot's rank inside its expert is a
 // popcount over bit masks of the slots before it, built a pass of up to BlockThreads slots at a
-// time (one slot a thread; three barriers a pass).
+// time (one slot a thread; the first pass's masks with the counts, three barriers for each
+// further pass).
 
 #include <cub/block/block_scan.cuh>
 
@@ -78,7 +79,16 @@ class block_sorted_layout {
       for (int c = 0; c < chunks; ++c) temp_.mask[c][e] = 0;
     }
     __syncthreads();
-    for (int s = tid; s < slots && ids; s += BlockThreads)
+    // Counts; a thread's first slot (s = tid) is also its slot in the first pass, so that pass's
+    // masks are built here too.
+    const int chunk = tid / 32;
+    const std::uint32_t bit = 1u << (tid % 32);
+    const int first = tid < slots ? local(tid) : -1;
+    if (first >= 0) {
+      atomicAdd(&temp_.placed[first], 1);
+      if (tid < pass_slots) atomicOr(&temp_.mask[chunk][first], bit);
+    }
+    for (int s = tid + BlockThreads; s < slots && ids; s += BlockThreads)
       if (const int e = local(s); e >= 0) atomicAdd(&temp_.placed[e], 1);
     __syncthreads();
     // Offsets: one scan of (slots, has slots, padded slots) over experts, blocked by thread.
@@ -101,11 +111,9 @@ class block_sorted_layout {
       if (out.active_experts) out.active_experts[at[i].active] = e;
       if (out.expert_counts) out.expert_counts[at[i].active] = count[i];
       if (out.expert_offsets) out.expert_offsets[at[i].active] = at[i].slots;
-      const int padded = detail::padded_run(count[i], bs);
       if (out.expert_ids)
-        for (int b = at[i].padded / bs; b < (at[i].padded + padded) / bs; ++b) out.expert_ids[b] = e;
-      if (out.sorted_token_ids)  // the run's padding
-        for (int j = at[i].padded + count[i]; j < at[i].padded + padded; ++j) out.sorted_token_ids[j] = slots;
+        for (int b = at[i].padded / bs; b < (at[i].padded + detail::padded_run(count[i], bs)) / bs; ++b)
+          out.expert_ids[b] = e;
     }
     if (tid == 0) {
       if (out.num_active) *out.num_active = total.active;
@@ -122,22 +130,22 @@ class block_sorted_layout {
       for (int i = total.slots + tid; i < slots; i += BlockThreads) out.position_slot[i] = -1;
     if (out.wants_vllm()) {
       const int cap = static_cast<int>(vllm_sorted_capacity(slots, n, bs, out.pad_sorted_ids));
-      if (out.sorted_token_ids)
-        for (int i = total.padded + tid; i < cap; i += BlockThreads) out.sorted_token_ids[i] = slots;
+      if (out.sorted_token_ids)  // every entry the sentinel; the slots overwrite theirs after the barrier
+        for (int i = tid; i < cap; i += BlockThreads) out.sorted_token_ids[i] = slots;
       if (out.expert_ids)
         for (int b = total.padded / bs + tid; b < (cap + bs - 1) / bs; b += BlockThreads) out.expert_ids[b] = -1;
     }
     __syncthreads();
     // Every slot at its expert's start plus the slots before it (earlier passes, earlier chunks,
     // lower lanes of its own chunk).
-    const int chunk = tid / 32;
-    const std::uint32_t bit = 1u << (tid % 32);
     for (int base = 0; base < slots; base += pass_slots) {
       const int s = base + tid;
       const bool mine = tid < pass_slots && s < slots;
-      const int e = mine ? local(s) : -1;
-      if (e >= 0) atomicOr(&temp_.mask[chunk][e], bit);
-      __syncthreads();
+      const int e = base == 0 ? (mine ? first : -1) : (mine ? local(s) : -1);
+      if (base > 0) {
+        if (e >= 0) atomicOr(&temp_.mask[chunk][e], bit);
+        __syncthreads();
+      }
       if (mine && e < 0 && out.slot_position) out.slot_position[s] = -1;
       if (e >= 0) {
         int r = temp_.placed[e] + __popc(temp_.mask[chunk][e] & (bit - 1));

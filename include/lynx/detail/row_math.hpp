@@ -290,6 +290,66 @@ LYNX_HD void chosen_weights(const T* row, const std::uint64_t* chosen, int k, sc
   for (int i = 0; i < k; ++i) w[i] = w[i] / denom * scale;  // denom >= exp(0) or 1/2
 }
 
+/// model_router's choice score of expert e from its sanitized logit x: sigmoid(x) + bias[e] with
+/// a bias (a NaN bias counts as -inf), else x itself.
+LYNX_HD float choice_score(float x, const float* bias, int e) {
+  return bias ? sigmoid(x) + sanitize(bias[e]) : x;
+}
+
+/// The two largest values seen (a multiset: equal values fill both).
+LYNX_HD void top2_push(float& a1, float& a2, float v) {
+  if (v > a1) {
+    a2 = a1;
+    a1 = v;
+  } else if (v > a2) {
+    a2 = v;
+  }
+}
+
+/// A group's score from its two largest choice scores: their sum with a bias (DeepSeek-V3),
+/// else the largest (DeepSeek-V2). Never NaN: the scores lie in [-inf, FLT_MAX].
+LYNX_HD float group_score(float a1, float a2, bool biased) { return biased ? a1 + a2 : a1; }
+
+/// model_router's choice for one row: `best` gets the chosen experts' logit keys, descending
+/// (the order in which chosen_weights sums). The group selection keeps top_groups group keys.
+template <class T>
+LYNX_HD void router_topk(const T* row, int n, int k, const model_router& r, std::uint64_t* best) {
+  const int size = n / r.num_groups;
+  std::uint32_t allowed = ~0u;
+  if (r.grouped()) {
+    std::uint64_t kept[32];
+    topk_clear(kept, r.top_groups);
+    for (int g = 0; g < r.num_groups; ++g) {
+      float a1 = -INFINITY, a2 = -INFINITY;
+      for (int e = g * size; e < (g + 1) * size; ++e) top2_push(a1, a2, choice_score(load_logit(row, e), r.bias, e));
+      topk_push(kept, r.top_groups, logit_key(group_score(a1, a2, r.bias != nullptr), g));
+    }
+    allowed = 0;
+    for (int i = 0; i < r.top_groups; ++i) allowed |= 1u << key_expert(kept[i]);
+  }
+  std::uint64_t taken[max_top_k];
+  topk_clear(taken, k);
+  for (int e = 0; e < n; ++e)
+    if (allowed >> (e / size) & 1u) topk_push(taken, k, logit_key(choice_score(load_logit(row, e), r.bias, e), e));
+  topk_clear(best, k);
+  for (int i = 0; i < k; ++i) {
+    const int e = key_expert(taken[i]);
+    topk_push(best, k, logit_key(load_logit(row, e), e));
+  }
+}
+
+/// What emit_row's (renormalize, mass) become with a routed scaling factor: the weights' last
+/// factor is the scaling (renormalized) or the mass times it, in one rounding. Without one they
+/// are unchanged, so plain routers' weights stay bitwise what they were.
+struct emit_scale {
+  bool renormalize;
+  float mass;
+};
+LYNX_HD emit_scale scaled_emit(const route_params& p, float mass) {
+  if (p.router.scaling == 1.0f) return {p.renormalize, mass};
+  return {false, (p.renormalize ? 1.0f : mass) * p.router.scaling};
+}
+
 /// SPEC §5: the ids a non-voting row gets: the k lowest ids of the set the batch loads,
 /// filled up with the lowest other ids. `loaded` is a 0/1 flag per expert.
 template <class Flag>

@@ -21,6 +21,7 @@
 #include "../../sorted_layout.hpp"
 #include "../../warp/affinity_bin.cuh"
 #include "../../warp/remap_topk.cuh"
+#include "../../warp/router.cuh"
 #include "../../warp/row.cuh"
 #include "../../warp/topk.cuh"
 #include "../histogram_rank.hpp"
@@ -89,9 +90,13 @@ __global__ void __launch_bounds__(warp_block_threads, 1)
     batch_load(batch, row, t, n, t < batch.valid.rows(rows));
     if (lane == 0) ws.votes[t] = row.votes();
     if (row.votes()) {
-      const std::uint64_t plain = warp_topk<K>(row.key, k);
+      const std::uint64_t plain =
+          p.router.custom_choice() ? warp_router_topk<K>(row, n, k, p.router) : warp_topk<K>(row.key, k);
       mark_topk(ws.plain_set(), plain, k);
-      batch_emit<K>(batch, t, plain, k, p, warp_row_mass<K>(row, plain, k, p.score, p.renormalize));
+      const emit_scale e = scaled_emit(p, warp_row_mass<K>(row, plain, k, p.score, p.renormalize));
+      route_params q = p;
+      q.renormalize = e.renormalize;
+      batch_emit<K>(batch, t, plain, k, q, e.mass);
     }
   }
   __syncthreads();

@@ -214,11 +214,14 @@ LYNX_HOST_INLINE void topk_route_body(Isa isa, const T* logits, std::int64_t row
     const float m = load_row(row, n, x.data());
     if (m == -INFINITY) continue;
     votes[t] = 1;
-    plain_topk(isa, x.data(), nullptr, n, k, m, ts, best);
+    if (p.router.custom_choice())
+      d::router_topk(row, n, k, p.router, best);
+    else
+      plain_topk(isa, x.data(), nullptr, n, k, m, ts, best);
     for (int i = 0; i < k; ++i) in_plain[d::key_expert(best[i])] = 1;
-    d::emit_row(row, best, k, p.score, p.renormalize,
-                original_mass(row, x.data(), n, m, best, k, p.score, p.renormalize),
-                ids + static_cast<std::int64_t>(t) * k, weights + static_cast<std::int64_t>(t) * k);
+    const d::emit_scale e = d::scaled_emit(p, original_mass(row, x.data(), n, m, best, k, p.score, p.renormalize));
+    d::emit_row(row, best, k, p.score, e.renormalize, e.mass, ids + static_cast<std::int64_t>(t) * k,
+                weights + static_cast<std::int64_t>(t) * k);
   }
   write_pad_rows(in_plain, votes, num_rows, p, ids, weights);
 }

@@ -310,18 +310,21 @@ LYNX_HD void top2_push(float& a1, float& a2, float v) {
 /// else the largest (DeepSeek-V2). Never NaN: the scores lie in [-inf, FLT_MAX].
 LYNX_HD float group_score(float a1, float a2, bool biased) { return biased ? a1 + a2 : a1; }
 
-/// model_router's choice for one row: `best` gets the chosen experts' logit keys, descending
-/// (the order in which chosen_weights sums). The group selection keeps top_groups group keys.
+/// model_router's choice for one row (the host path's; warp_router_topk is the device's):
+/// `best` gets the chosen experts' logit keys, descending (the order in which chosen_weights
+/// sums). Each choice score is computed once.
 template <class T>
 LYNX_HD void router_topk(const T* row, int n, int k, const model_router& r, std::uint64_t* best) {
   const int size = n / r.num_groups;
+  float c[max_experts];
+  for (int e = 0; e < n; ++e) c[e] = choice_score(load_logit(row, e), r.bias, e);
   std::uint32_t allowed = ~0u;
   if (r.grouped()) {
     std::uint64_t kept[32];
     topk_clear(kept, r.top_groups);
     for (int g = 0; g < r.num_groups; ++g) {
       float a1 = -INFINITY, a2 = -INFINITY;
-      for (int e = g * size; e < (g + 1) * size; ++e) top2_push(a1, a2, choice_score(load_logit(row, e), r.bias, e));
+      for (int e = g * size; e < (g + 1) * size; ++e) top2_push(a1, a2, c[e]);
       topk_push(kept, r.top_groups, logit_key(group_score(a1, a2, r.bias != nullptr), g));
     }
     allowed = 0;
@@ -329,8 +332,9 @@ LYNX_HD void router_topk(const T* row, int n, int k, const model_router& r, std:
   }
   std::uint64_t taken[max_top_k];
   topk_clear(taken, k);
-  for (int e = 0; e < n; ++e)
-    if (allowed >> (e / size) & 1u) topk_push(taken, k, logit_key(choice_score(load_logit(row, e), r.bias, e), e));
+  for (int g = 0; g < r.num_groups; ++g)
+    if (allowed >> g & 1u)
+      for (int e = g * size; e < (g + 1) * size; ++e) topk_push(taken, k, logit_key(c[e], e));
   topk_clear(best, k);
   for (int i = 0; i < k; ++i) {
     const int e = key_expert(taken[i]);

@@ -27,8 +27,8 @@ namespace lynx {
 ///
 /// With a sorted_layout_ref that asks for any array, the same call also writes the batch's
 /// expert-sorted layout (sorted_layout.hpp; vLLM's moe_align_block_size arrays among them): in
-/// the fused kernel itself, or one more one-block launch after the per-stage path. It needs no
-/// workspace. A call with B = 0 (a host count) routes nothing and writes the empty layout.
+/// the fused kernel itself above 128 experts, else (and after the per-stage path) in one more
+/// one-block launch. It needs no workspace. A call with B = 0 (a host count) routes nothing and writes the empty layout.
 template <class T, class IdT>
 cudaError_t route(void* workspace, std::size_t& workspace_bytes, const batch_ref<T, IdT>& batch,
                   const route_params& p, const sorted_layout_ref& layout, cudaStream_t stream = 0) {
@@ -58,7 +58,9 @@ cudaError_t route(void* workspace, std::size_t& workspace_bytes, const batch_ref
       constexpr int MaxN = decltype(max_n)::value, K = decltype(max_k)::value;
       detail::fused_route_kernel<MaxN, K>
           <<<1, detail::fused_threads(MaxN), 0, stream>>>(any, p, ws.remap, layout);
-      return cudaGetLastError();
+      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess || detail::fused_layout(MaxN) || !layout.wanted())
+        return e;
+      return detail::launch_sorted_layout(any, true, p.top_k, p.num_experts, layout, stream);
     });
   }
   if (lynx_policy) {  // the other policies need no bins or scores

@@ -17,15 +17,16 @@
 namespace lynx {
 namespace detail {
 
-/// What the offsets scan sums per expert: slots, "has a slot" (the compact index), padded slots.
-struct layout_sums {
-  int slots, active, padded;
-};
-struct layout_sums_add {
-  __device__ __forceinline__ layout_sums operator()(const layout_sums& a, const layout_sums& b) const {
-    return {a.slots + b.slots, a.active + b.active, a.padded + b.padded};
-  }
-};
+/// The offsets scan's per-expert term for the slots and the compact index in one 64-bit sum:
+/// "has a slot" above bit 53 (at most max_experts of them), the slots below (fewer than 2^31).
+inline constexpr int active_shift = 53;
+__device__ __forceinline__ std::uint64_t slots_term(int count) {
+  return (static_cast<std::uint64_t>(count > 0) << active_shift) | static_cast<std::uint64_t>(count);
+}
+__device__ __forceinline__ int term_slots(std::uint64_t v) {
+  return static_cast<int>(v & ((std::uint64_t{1} << active_shift) - 1));
+}
+__device__ __forceinline__ int term_active(std::uint64_t v) { return static_cast<int>(v >> active_shift); }
 
 /// An id written by another block of the same grid (after its fence): read past L1.
 template <class IdT>
@@ -48,14 +49,17 @@ class block_sorted_layout {
   static constexpr int mask_chunks = MaskBytes / (4 * MaxN);
   static constexpr int chunks =
       mask_chunks < 1 ? 1 : (mask_chunks > BlockThreads / 32 ? BlockThreads / 32 : mask_chunks);
-  using scan_t = cub::BlockScan<detail::layout_sums, BlockThreads>;
+  // Warp scans of primitive types: the fewest registers (the fused kernel has 64 at 1024 threads).
+  using scan64_t = cub::BlockScan<std::uint64_t, BlockThreads, cub::BLOCK_SCAN_WARP_SCANS>;
+  using scan32_t = cub::BlockScan<int, BlockThreads, cub::BLOCK_SCAN_WARP_SCANS>;
 
  public:
   /// Slots a pass places (at most one a thread).
   static constexpr int pass_slots = 32 * chunks;
 
   struct TempStorage {
-    typename scan_t::TempStorage scan;
+    typename scan64_t::TempStorage scan64;
+    typename scan32_t::TempStorage scan32;
     int placed[MaxN];  // per local expert: its slots (counting), then those placed in earlier passes
     int start[MaxN];   // the expert's first position, compact and padded
     int padded_start[MaxN];
@@ -70,9 +74,8 @@ class block_sorted_layout {
   /// block's), and out.block_size >= 1 where vLLM's arrays are asked for (layout_fits).
   /// TempStorage may be reused after a __syncthreads.
   template <class IdT>
-  __device__ void run(const IdT* ids, int num_rows, int k, int n, const sorted_layout_ref& out) {
+  __device__ __forceinline__ void run(const IdT* ids, int num_rows, int k, int n, const sorted_layout_ref& out) {
     const int tid = static_cast<int>(threadIdx.x), slots = num_rows * k, bs = out.block_size;
-    const auto local = [&](int s) { return ids ? detail::layout_expert(detail::load_id_cg(ids + s), n, out.expert_map) : -1; };
     for (int e = tid; e < MaxN; e += BlockThreads) {
       temp_.placed[e] = 0;
 #pragma unroll
@@ -80,68 +83,74 @@ class block_sorted_layout {
     }
     __syncthreads();
     // Counts; a thread's first slot (s = tid) is also its slot in the first pass, so that pass's
-    // masks are built here too.
+    // masks are built here too. (Its expert is loaded again there rather than kept: registers
+    // are what the 1024-thread fused kernel has least of.)
     const int chunk = tid / 32;
     const std::uint32_t bit = 1u << (tid % 32);
-    const int first = tid < slots ? local(tid) : -1;
-    if (first >= 0) {
-      atomicAdd(&temp_.placed[first], 1);
-      if (tid < pass_slots) atomicOr(&temp_.mask[chunk][first], bit);
+    if (const int e = tid < slots ? local_expert(ids, tid, n, out.expert_map) : -1; e >= 0) {
+      atomicAdd(&temp_.placed[e], 1);
+      if (tid < pass_slots) atomicOr(&temp_.mask[chunk][e], bit);
     }
     for (int s = tid + BlockThreads; s < slots && ids; s += BlockThreads)
-      if (const int e = local(s); e >= 0) atomicAdd(&temp_.placed[e], 1);
+      if (const int e = local_expert(ids, s, n, out.expert_map); e >= 0) atomicAdd(&temp_.placed[e], 1);
     __syncthreads();
-    // Offsets: one scan of (slots, has slots, padded slots) over experts, blocked by thread.
-    int count[items];
-    detail::layout_sums at[items];
+    // Offsets: exclusive scans over experts (blocked by thread) of the slots with the compact
+    // index, and of the blocks of block_size (vLLM's padded runs; one division an expert).
+    int count[items], blocks[items];
+    std::uint64_t at[items];
 #pragma unroll
     for (int i = 0; i < items; ++i) {
       const int e = tid * items + i;
       count[i] = e < n ? temp_.placed[e] : 0;
-      at[i] = {count[i], count[i] > 0, detail::padded_run(count[i], bs)};
+      at[i] = detail::slots_term(count[i]);
+      blocks[i] = bs > 0 ? (count[i] + bs - 1) / bs : 0;
     }
-    detail::layout_sums total;
-    scan_t(temp_.scan).ExclusiveScan(at, at, detail::layout_sums{0, 0, 0}, detail::layout_sums_add{}, total);
+    std::uint64_t total;
+    int total_blocks;
+    scan64_t(temp_.scan64).ExclusiveSum(at, at, total);
+    scan32_t(temp_.scan32).ExclusiveSum(blocks, blocks, total_blocks);
+    const int total_slots = detail::term_slots(total), total_active = detail::term_active(total);
 #pragma unroll
     for (int i = 0; i < items; ++i) {
       const int e = tid * items + i;
       if (e >= n) continue;
-      temp_.start[e] = at[i].slots, temp_.padded_start[e] = at[i].padded, temp_.placed[e] = 0;
+      const int start = detail::term_slots(at[i]), index = detail::term_active(at[i]);
+      temp_.start[e] = start, temp_.padded_start[e] = blocks[i] * bs, temp_.placed[e] = 0;
       if (count[i] == 0) continue;
-      if (out.active_experts) out.active_experts[at[i].active] = e;
-      if (out.expert_counts) out.expert_counts[at[i].active] = count[i];
-      if (out.expert_offsets) out.expert_offsets[at[i].active] = at[i].slots;
+      if (out.active_experts) out.active_experts[index] = e;
+      if (out.expert_counts) out.expert_counts[index] = count[i];
+      if (out.expert_offsets) out.expert_offsets[index] = start;
       if (out.expert_ids)
-        for (int b = at[i].padded / bs; b < (at[i].padded + detail::padded_run(count[i], bs)) / bs; ++b)
-          out.expert_ids[b] = e;
+        for (int b = blocks[i], end = blocks[i] + (count[i] + bs - 1) / bs; b < end; ++b) out.expert_ids[b] = e;
     }
     if (tid == 0) {
-      if (out.num_active) *out.num_active = total.active;
-      if (out.num_tokens_post_padded) *out.num_tokens_post_padded = total.padded;
+      if (out.num_active) *out.num_active = total_active;
+      if (out.num_tokens_post_padded) *out.num_tokens_post_padded = total_blocks * bs;
     }
-    // Past the used part of every array (every thread has the scan's aggregate).
-    for (int i = total.active + tid; i < n; i += BlockThreads) {
+    // Past the used part of every array (every thread has the scans' aggregates).
+    for (int i = total_active + tid; i < n; i += BlockThreads) {
       if (out.active_experts) out.active_experts[i] = -1;
       if (out.expert_counts) out.expert_counts[i] = 0;
     }
     if (out.expert_offsets)
-      for (int i = total.active + tid; i <= n; i += BlockThreads) out.expert_offsets[i] = total.slots;
+      for (int i = total_active + tid; i <= n; i += BlockThreads) out.expert_offsets[i] = total_slots;
     if (out.position_slot)
-      for (int i = total.slots + tid; i < slots; i += BlockThreads) out.position_slot[i] = -1;
+      for (int i = total_slots + tid; i < slots; i += BlockThreads) out.position_slot[i] = -1;
     if (out.wants_vllm()) {
-      const int cap = static_cast<int>(vllm_sorted_capacity(slots, n, bs, out.pad_sorted_ids));
+      const int cap = static_cast<int>(vllm_sorted_capacity(slots, n, bs > 0 ? bs : 1, out.pad_sorted_ids));
       if (out.sorted_token_ids)  // every entry the sentinel; the slots overwrite theirs after the barrier
         for (int i = tid; i < cap; i += BlockThreads) out.sorted_token_ids[i] = slots;
       if (out.expert_ids)
-        for (int b = total.padded / bs + tid; b < (cap + bs - 1) / bs; b += BlockThreads) out.expert_ids[b] = -1;
+        for (int b = total_blocks + tid, end = (cap + bs - 1) / bs; b < end; b += BlockThreads) out.expert_ids[b] = -1;
     }
     __syncthreads();
     // Every slot at its expert's start plus the slots before it (earlier passes, earlier chunks,
     // lower lanes of its own chunk).
+#pragma unroll 1
     for (int base = 0; base < slots; base += pass_slots) {
       const int s = base + tid;
       const bool mine = tid < pass_slots && s < slots;
-      const int e = base == 0 ? (mine ? first : -1) : (mine ? local(s) : -1);
+      const int e = mine ? local_expert(ids, s, n, out.expert_map) : -1;
       if (base > 0) {
         if (e >= 0) atomicOr(&temp_.mask[chunk][e], bit);
         __syncthreads();
@@ -167,6 +176,12 @@ class block_sorted_layout {
   }
 
  private:
+  /// Slot s's local expert, or -1 (no ids: no slot takes part).
+  template <class IdT>
+  __device__ __forceinline__ static int local_expert(const IdT* ids, int s, int n, const std::int32_t* map) {
+    return ids ? detail::layout_expert(detail::load_id_cg(ids + s), n, map) : -1;
+  }
+
   TempStorage& temp_;
 };
 

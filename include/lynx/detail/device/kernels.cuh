@@ -46,8 +46,13 @@ __device__ __forceinline__ void any_batch_layout(typename Layout::TempStorage& t
     Layout(temp).run(static_cast<const std::int32_t*>(ids), num_rows, k, n, out);
 }
 
-/// With a layout asked for, the block lays out the ids it has just written, in the shared
-/// memory the routing used.
+/// Whether the fused kernel of a tier writes the sorted layout itself. Not at 1024 threads
+/// (MaxN <= 128): in the 64 registers a thread has there, the layout step spills at sm_90, so
+/// lynx::route lays out in one more one-block launch at those tiers.
+LYNX_HD constexpr bool fused_layout(int max_n) { return fused_threads(max_n) < 1024; }
+
+/// With a layout asked for (and fused_layout), the block lays out the ids it has just written,
+/// in the shared memory the routing used.
 template <int MaxN, int K>
 __global__ void __launch_bounds__(fused_threads(MaxN), 1)
     fused_route_kernel(any_batch batch, route_params p, remap_workspace ws, sorted_layout_ref layout) {
@@ -59,9 +64,11 @@ __global__ void __launch_bounds__(fused_threads(MaxN), 1)
   };
   __shared__ shared_t temp;
   route_t(temp.route).run(batch, p, route_scratch{ws.plain, budget_scratch{ws.share, ws.top, ws.kth}});
-  if (!layout.wanted()) return;
-  __syncthreads();
-  any_batch_layout<layout_t>(temp.layout, batch.ids, batch.ids64, batch.num_rows, p.top_k, p.num_experts, layout);
+  if constexpr (fused_layout(MaxN)) {
+    if (!layout.wanted()) return;
+    __syncthreads();
+    any_batch_layout<layout_t>(temp.layout, batch.ids, batch.ids64, batch.num_rows, p.top_k, p.num_experts, layout);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -125,7 +132,7 @@ __global__ void __launch_bounds__(warp_block_threads, 1)
 
 inline constexpr int layout_threads = 512;
 template <int MaxN, class IdT>
-__global__ void __launch_bounds__(layout_threads)
+__global__ void __launch_bounds__(layout_threads, 1)
     sorted_layout_kernel(const IdT* ids, int num_rows, int k, int n, sorted_layout_ref out) {
   using layout_t = block_sorted_layout<MaxN, layout_threads>;
   __shared__ typename layout_t::TempStorage temp;

@@ -12,6 +12,7 @@
 
 #include "batch.hpp"
 #include "detail/host/bodies.hpp"
+#include "detail/host/router_route.hpp"
 #include "detail/host/sorted_layout.hpp"
 #include "params.hpp"
 #include "sorted_layout.hpp"
@@ -53,7 +54,8 @@ inline int valid_rows(token_count valid, int num_rows) {
 /// SPEC §3.3 (and the never-worse guard, step 5), from the bins and ranks of the previous
 /// stages (only the lynx policy reads them; others may pass null). Writes the batch's ids and
 /// weights [num_rows x k]; non-voting rows as SPEC §5 says. The bins must be affinity_bin's for
-/// the same logits and parameters.
+/// the same logits and parameters. A model router (p.router, bias in host memory) is taken by
+/// the policies that read no bins (docs/ROUTERS.md); the lynx policy takes one through route.
 template <class T, class IdT>
 status remap_topk(const batch_ref<T, IdT>& batch, const std::int8_t* bins, const std::int32_t* ranks,
                   const route_params& p) {
@@ -64,9 +66,14 @@ status remap_topk(const batch_ref<T, IdT>& batch, const std::int8_t* bins, const
                               needs_scores ? static_cast<const void*>(ranks) : batch.logits});
       s != status::success)
     return s;
-  if (const status s = check_router_supported(p); s != status::success) return s;
+  if (const status s = check_host_remap_router(p); s != status::success) return s;
   const int num_valid = valid_rows(batch.valid, batch.num_rows);
   if (num_valid == 0) return status::success;
+  if (!p.router.plain()) {
+    detail::router_route_body(batch.logits, batch.row_stride, batch.num_rows, num_valid, p, batch.pinned, batch.ids,
+                              batch.weights);
+    return status::success;
+  }
   detail::remap_topk_body_dispatch(batch.logits, batch.row_stride, batch.num_rows, num_valid, bins, ranks, p,
                                    batch.pinned, batch.ids, batch.weights);
   return status::success;
@@ -80,17 +87,22 @@ status remap_topk(const T* logits, std::int64_t row_stride, int num_rows, int nu
 }
 
 /// The whole Lynx step: affinity_bin, score_experts, remap_topk (the same results, with each
-/// row loaded once).
+/// row loaded once). With a model router (p.router, bias in host memory), every policy on its
+/// choice scores and groups, as docs/ROUTERS.md defines.
 template <class T, class IdT>
 status route(const batch_ref<T, IdT>& batch, const route_params& p) {
   if (const status s = check(p, batch.num_rows, batch.row_stride, batch.valid, {batch.logits, batch.ids, batch.weights});
       s != status::success)
     return s;
-  if (const status s = check_router_supported(p); s != status::success) return s;
   if (p.kind != policy::lynx)  // the other policies need no bins or scores
     return remap_topk(batch, nullptr, nullptr, p);
   const int num_valid = valid_rows(batch.valid, batch.num_rows);
   if (num_valid == 0) return status::success;
+  if (!p.router.plain()) {  // a model router's own choice scores and groups (docs/ROUTERS.md)
+    detail::router_route_body(batch.logits, batch.row_stride, batch.num_rows, num_valid, p, batch.pinned, batch.ids,
+                              batch.weights);
+    return status::success;
+  }
   detail::route_body_dispatch(batch.logits, batch.row_stride, batch.num_rows, num_valid, p, batch.pinned, batch.ids,
                               batch.weights);
   return status::success;

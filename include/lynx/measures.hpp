@@ -11,14 +11,16 @@ namespace lynx {
 
 struct batch_measures {
   int voting_tokens = 0;     ///< rows that vote (valid, with a finite logit)
-  int unique_before = 0;     ///< experts touched by plain top-k
+  int unique_before = 0;     ///< experts touched by plain top-k (the model's own router)
   int unique_after = 0;      ///< experts touched by the given routing
   double retained_mass = 0;  ///< mean of P(final) / P(original top-k) over voting rows
   double top1_kept = 0;      ///< fraction of voting rows whose argmax is still chosen
 };
 
-/// Measures a routing `ids` [num_valid x k] against plain top-k of the same logits. The
-/// router probability is the softmax or the sigmoid of the logits, as p.score says.
+/// Measures a routing `ids` [num_valid x k] against plain top-k of the same logits, or against
+/// the model's own choice where p.router has one (bias in host memory; the top-1 is then its
+/// first choice). The router probability is the softmax or the sigmoid of the logits, as
+/// p.score says (unbiased, as the weights are).
 template <class T, class IdT>
 batch_measures measure_batch(const T* logits, std::int64_t row_stride, int num_valid,
                              const route_params& p, const IdT* ids) {
@@ -40,7 +42,13 @@ batch_measures measure_batch(const T* logits, std::int64_t row_stride, int num_v
       total += prob[e];
     }
     if (p.score == scoring::sigmoid) total = 1.0;
-    d::plain_topk(row, n, k, best);
+    if (p.router.custom_choice()) {  // the model's own choice, first choice first
+      float c[max_experts];
+      for (int e = 0; e < n; ++e) c[e] = d::choice_score(d::load_logit(row, e), p.router.bias, e);
+      d::router_choice(c, n, k, p.router, d::router_groups(c, n, p.router), best);
+    } else {
+      d::plain_topk(row, n, k, best);
+    }
     double orig = 0, fin = 0;
     for (int i = 0; i < k; ++i) {
       before[d::key_expert(best[i])] = 1;

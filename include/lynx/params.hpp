@@ -36,13 +36,18 @@ enum class policy : int {
 ///   (ties: the lower id);
 /// - weights from the unbiased scores of the chosen experts as SPEC §3.3 step 4 computes them
 ///   (renormalize or not), times `scaling`, in one more fp32 rounding.
-/// Only topk_route (host and device) takes such a router so far; the Lynx policies refuse one
-/// (status::unsupported_router).
+/// topk_route takes such a router on host and device; the Lynx policies take one on the host
+/// (host::route, and host::remap_topk for the policies that read no bins), as docs/ROUTERS.md
+/// defines; the device launchers of the policies refuse one (status::unsupported_router).
 struct model_router {
   const float* bias = nullptr;  ///< [N] e_score_correction_bias, fp32 (device memory for the launchers)
   int num_groups = 1;           ///< n_group, 1 .. 32, dividing N
   int top_groups = 1;           ///< topk_group, 1 .. num_groups
   float scaling = 1.0f;         ///< routed_scaling_factor (1: the caller applies it, or none)
+  /// The Lynx policies' group limit (docs/ROUTERS.md): false (kept) lets a token take only
+  /// experts of its own kept groups, as when groups map to devices; true (relaxed) lets it take
+  /// any expert the batch loads. Its votes stay inside its kept groups either way.
+  bool relaxed_groups = false;
   LYNX_HD bool grouped() const { return num_groups > 1; }
   /// Whether the choice differs from plain top-k (bias or groups).
   LYNX_HD bool custom_choice() const { return bias != nullptr || grouped(); }
@@ -116,8 +121,8 @@ inline const char* status_string(status s) {
              "least top_k experts, groups of at least 2 experts with a bias, a bias only with sigmoid "
              "scoring, scaling finite and > 0";
     case status::unsupported_router:
-      return "the Lynx policies (route, remap_topk) do not take a grouped, biased or scaled router yet; "
-             "topk_route does";
+      return "the device Lynx policies (route, remap_topk), and the host's lynx policy from staged bins "
+             "(remap_topk), do not take a grouped, biased or scaled router yet; topk_route and host::route do";
     case status::invalid_policy:
       return "policy settings: piggyback needs keep_k in [1, top_k]; budget needs exactly one of "
              "budget_experts in [top_k, num_experts], budget_fraction or budget_mass in (0, 1]";
@@ -162,9 +167,15 @@ inline status check(const route_params& p) {
   return status::success;
 }
 
-/// The Lynx policies (route, remap_topk) on a router beyond plain top-k: not yet.
+/// The device Lynx policies (route, remap_topk) on a router beyond plain top-k: not yet.
 inline status check_router_supported(const route_params& p) {
   return p.router.plain() ? status::success : status::unsupported_router;
+}
+
+/// The host's remap_topk from staged bins: affinity_bin's bins are of the logits, not of a
+/// model router's choice scores, so the lynx policy cannot take such a router there.
+inline status check_host_remap_router(const route_params& p) {
+  return p.router.plain() || p.kind != policy::lynx ? status::success : status::unsupported_router;
 }
 
 /// Whether a call has rows to route: a device-side count may be anything, so it has.
@@ -285,8 +296,9 @@ inline std::optional<model_routing> find_model(std::string_view name) {
 }
 
 /// topk_route's parameters for a model: its scoring, renormalize and router, with the layer's
-/// correction bias (required where m.biased; device memory for the launchers). The Lynx
-/// policies do not take such a router yet (status::unsupported_router).
+/// correction bias (required where m.biased; device memory for the launchers, host memory for
+/// the host path). host::route takes them with any policy; the device launchers of the
+/// policies do not yet (status::unsupported_router).
 inline route_params model_params(const model_routing& m, const float* bias = nullptr) {
   route_params p;
   p.num_experts = m.num_experts;
@@ -297,6 +309,24 @@ inline route_params model_params(const model_routing& m, const float* bias = nul
   p.router.num_groups = m.num_groups;
   p.router.top_groups = m.top_groups;
   p.router.scaling = m.scaling;
+  return p;
+}
+
+/// The library's default for a model's own routing (model_params, with its correction bias
+/// where it has one): default_params(N, k)'s policy, a budget of 0.94 mean retained mass
+/// anchored at every token's first choice, on the model's choice scores and groups with the group
+/// limit kept (docs/ROUTERS.md), and the model's scoring, renormalize and scaling. The budget
+/// reads no bins; alpha, beta are set for the lynx policy: default_params(N, k)'s for a router
+/// without a bias; with one the bins are in units of choice score (sigmoid plus bias), where
+/// alpha 20 gives bins of 0.05.
+inline route_params default_params(const model_routing& m, const float* bias = nullptr) {
+  route_params p = model_params(m, bias);
+  const route_params d = default_params(m.num_experts, m.top_k);
+  p.beta = d.beta;
+  p.alpha = p.router.bias ? 20.0f : d.alpha;
+  p.kind = d.kind;
+  p.budget_mass = d.budget_mass;
+  p.anchor_top1 = d.anchor_top1;
   return p;
 }
 

@@ -227,7 +227,7 @@ TEST(Router, PlainRouterIsBitwiseUnchanged) {
   }
 }
 
-TEST(Router, BadRoutersAreRejectedAndThePoliciesRefuseRouters) {
+TEST(Router, BadRoutersAreRejectedAndTheStagedLynxPolicyRefusesRouters) {
   const int n = 64, k = 4;
   std::vector<float> L(2 * n, 0.0f), bias(n, 0.0f), w(2 * k, -5.0f);
   std::vector<int> ids(2 * k, -5);
@@ -257,12 +257,16 @@ TEST(Router, BadRoutersAreRejectedAndThePoliciesRefuseRouters) {
   p = good, p.router.num_groups = 0;
   expect(p, lynx::status::invalid_router);
   EXPECT_TRUE(std::all_of(ids.begin(), ids.end(), [](int v) { return v == -5; })) << "nothing written on errors";
-  for (const auto kind : {lynx::policy::lynx, lynx::policy::piggyback, lynx::policy::budget}) {
-    auto q = good;
-    q.kind = kind, q.keep_k = 1, q.budget_fraction = kind == lynx::policy::budget ? 0.5f : 0.0f;
-    EXPECT_EQ(lynx::host::route(L.data(), n, 2, 2, q, ids.data(), w.data()), lynx::status::unsupported_router);
-  }
+  // The staged lynx policy cannot take a router (its bins are of the logits); the others can.
+  std::vector<std::int8_t> bins(2 * n, 0);
+  std::vector<std::int32_t> ranks(n, 0);
+  EXPECT_EQ(lynx::host::remap_topk(L.data(), n, 2, 2, bins.data(), ranks.data(), good, ids.data(), w.data()),
+            lynx::status::unsupported_router);
   EXPECT_TRUE(std::all_of(ids.begin(), ids.end(), [](int v) { return v == -5; }));
+  auto q = good;
+  q.kind = lynx::policy::piggyback;
+  EXPECT_EQ(lynx::host::remap_topk(L.data(), n, 2, 2, bins.data(), ranks.data(), q, ids.data(), w.data()),
+            lynx::status::success);
 }
 
 TEST(Router, ModelRoutingConstants) {

@@ -310,36 +310,60 @@ LYNX_HD void top2_push(float& a1, float& a2, float v) {
 /// else the largest (DeepSeek-V2). Never NaN: the scores lie in [-inf, FLT_MAX].
 LYNX_HD float group_score(float a1, float a2, bool biased) { return biased ? a1 + a2 : a1; }
 
+/// The groups model_router keeps for a row, as a bit per group, from its choice scores c[0..n)
+/// (all groups without grouping).
+LYNX_HD std::uint32_t router_groups(const float* c, int n, const model_router& r) {
+  if (!r.grouped()) return ~0u;
+  const int size = n / r.num_groups;
+  std::uint64_t kept[32];
+  topk_clear(kept, r.top_groups);
+  for (int g = 0; g < r.num_groups; ++g) {
+    float a1 = -INFINITY, a2 = -INFINITY;
+    for (int e = g * size; e < (g + 1) * size; ++e) top2_push(a1, a2, c[e]);
+    topk_push(kept, r.top_groups, logit_key(group_score(a1, a2, r.bias != nullptr), g));
+  }
+  std::uint32_t allowed = 0;
+  for (int i = 0; i < r.top_groups; ++i) allowed |= 1u << key_expert(kept[i]);
+  return allowed;
+}
+
+/// Whether expert e lies in the kept groups.
+LYNX_HD bool router_allows(std::uint32_t allowed, int e, int n, const model_router& r) {
+  return allowed >> (e / (n / r.num_groups)) & 1u;
+}
+
+/// The model's choice for one row from its choice scores c: the top-k keys logit_key(c[e], e)
+/// inside the kept groups, in choice order (taken[0] is the model's first choice).
+LYNX_HD void router_choice(const float* c, int n, int k, const model_router& r, std::uint32_t allowed,
+                           std::uint64_t* taken) {
+  const int size = n / r.num_groups;
+  topk_clear(taken, k);
+  for (int g = 0; g < r.num_groups; ++g)
+    if (allowed >> g & 1u)
+      for (int e = g * size; e < (g + 1) * size; ++e) topk_push(taken, k, logit_key(c[e], e));
+}
+
+/// Chosen experts' keys (any order) re-keyed by their logits, descending: the order in which
+/// chosen_weights sums and emit_row writes.
+template <class T>
+LYNX_HD void by_logit(const T* row, const std::uint64_t* chosen, int k, std::uint64_t* best) {
+  topk_clear(best, k);
+  for (int i = 0; i < k; ++i) {
+    const int e = key_expert(chosen[i]);
+    topk_push(best, k, logit_key(load_logit(row, e), e));
+  }
+}
+
 /// model_router's choice for one row (the host path's; warp_router_topk is the device's):
 /// `best` gets the chosen experts' logit keys, descending (the order in which chosen_weights
 /// sums). Each choice score is computed once.
 template <class T>
 LYNX_HD void router_topk(const T* row, int n, int k, const model_router& r, std::uint64_t* best) {
-  const int size = n / r.num_groups;
   float c[max_experts];
   for (int e = 0; e < n; ++e) c[e] = choice_score(load_logit(row, e), r.bias, e);
-  std::uint32_t allowed = ~0u;
-  if (r.grouped()) {
-    std::uint64_t kept[32];
-    topk_clear(kept, r.top_groups);
-    for (int g = 0; g < r.num_groups; ++g) {
-      float a1 = -INFINITY, a2 = -INFINITY;
-      for (int e = g * size; e < (g + 1) * size; ++e) top2_push(a1, a2, c[e]);
-      topk_push(kept, r.top_groups, logit_key(group_score(a1, a2, r.bias != nullptr), g));
-    }
-    allowed = 0;
-    for (int i = 0; i < r.top_groups; ++i) allowed |= 1u << key_expert(kept[i]);
-  }
   std::uint64_t taken[max_top_k];
-  topk_clear(taken, k);
-  for (int g = 0; g < r.num_groups; ++g)
-    if (allowed >> g & 1u)
-      for (int e = g * size; e < (g + 1) * size; ++e) topk_push(taken, k, logit_key(c[e], e));
-  topk_clear(best, k);
-  for (int i = 0; i < k; ++i) {
-    const int e = key_expert(taken[i]);
-    topk_push(best, k, logit_key(load_logit(row, e), e));
-  }
+  router_choice(c, n, k, r, router_groups(c, n, r), taken);
+  by_logit(row, taken, k, best);
 }
 
 /// What emit_row's (renormalize, mass) become with a routed scaling factor: the weights' last

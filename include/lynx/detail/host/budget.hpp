@@ -15,7 +15,8 @@ namespace detail {
 
 namespace d = lynx::detail;
 
-/// The budget policy's greedy (detail/budget.hpp), from loaded rows x (row t at t * n).
+/// The budget policy's greedy (detail/budget.hpp), from loaded rows x (row t at t * n), or from
+/// given shares ([voting rows x n], voter-major; x and row_m unused then: a model router's).
 /// K starts as K0 = the pinned experts, plus the anchors when all of them fit in the limit (the
 /// greedy would take every anchor first anyway), inserted at once; the batch's mass is then
 /// summed token by token. Then the best marginal gain, anchors first when they did not fit,
@@ -28,7 +29,7 @@ template <class Isa>
 LYNX_HOST_INLINE void budget_greedy(Isa isa, const float* x, const float* row_m,
                                     const std::uint8_t* votes, int rows, const std::uint8_t* anchors,
                                     const std::uint64_t* plain, int plain_unique, const route_params& p,
-                                    std::uint8_t* in_active) {
+                                    std::uint8_t* in_active, const float* given_shares = nullptr) {
   const int n = p.num_experts, k = p.top_k;
   std::vector<int> voters;
   for (int t = 0; t < rows; ++t)
@@ -37,7 +38,8 @@ LYNX_HOST_INLINE void budget_greedy(Isa isa, const float* x, const float* row_m,
   // share[i * n + e]: token-major, so that the first gains of all experts are one vector pass.
   std::vector<float> share(static_cast<std::size_t>(v) * n), top(static_cast<std::size_t>(v) * k, 0.0f),
       kth(v, 0.0f), bound(n, 0.0f);
-  for (int i = 0; i < v; ++i) {
+  if (given_shares) std::copy_n(given_shares, share.size(), share.begin());
+  for (int i = 0; i < v && !given_shares; ++i) {
     const int t = voters[i];
     const float* xt = x + static_cast<std::size_t>(t) * n;
     const std::uint64_t* pt = plain + static_cast<std::size_t>(t) * k;
@@ -73,7 +75,10 @@ LYNX_HOST_INLINE void budget_greedy(Isa isa, const float* x, const float* row_m,
   // Inserting K0's shares one by one leaves each token the k largest positive ones. A share is
   // exp_f32 or sigmoid of the logit over a per-token sum, and exp_f32 is monotone (checked over
   // every float), so those are the shares of the token's top-k logits inside K0.
-  if (size > 0) {
+  if (size > 0 && given_shares) {  // the same k largest positive shares, one by one
+    for (int e = 0; e < n; ++e)
+      if (in_active[e]) insert(e);
+  } else if (size > 0) {
     final_scratch fs(n);
     std::uint64_t best[max_top_k];
     const int take = size < k ? size : k;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <stdexcept>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include <lynx/host.hpp>
 
 #include "common/evaluate.hpp"
+#include "common/model_flags.hpp"
 #include "common/trace.hpp"
 
 using namespace lynx_examples;
@@ -22,7 +24,10 @@ namespace {
 
 const char* usage =
     "usage: lynx_frontier [--trace DIR] [--top-k K] [--batch-sizes 8,16,32,64] [--csv FILE] [--svg FILE]\n"
-    "Without --trace it runs on the built-in generator.\n";
+    "                     [--model NAME] [--groups G --top-groups TG] [--scaling S]\n"
+    "                     [--bias FILE] [--relaxed-groups]\n"
+    "Without --trace it runs on the built-in generator (with --model: at the model's N and k, and\n"
+    "with a correction bias where the model has one). The router flags are lynx_replay's.\n";
 
 struct point {
   int batch_size;
@@ -42,8 +47,11 @@ std::vector<lynx::route_params> sweep(const lynx::route_params& defaults, std::v
     family.push_back(f);
     setting.push_back(describe(p));
   };
+  // With a correction bias the bins are in units of choice score, not nats (docs/ROUTERS.md).
+  const std::vector<float> alphas = base.router.bias ? std::vector<float>{5.0f, 10.0f, 20.0f, 40.0f}
+                                                     : std::vector<float>{0.5f, 1.0f, 2.0f, 3.0f};
   for (const bool anchor : {false, true})
-    for (const float alpha : {0.5f, 1.0f, 2.0f, 3.0f})
+    for (const float alpha : alphas)
       for (const int beta : {1, 2, 3, 4}) {
         lynx::route_params p = base;
         p.kind = lynx::policy::lynx;
@@ -174,12 +182,14 @@ int main(int argc, char** argv) {
   std::string trace_dir, csv_path = "frontier.csv", svg_path = "frontier.svg";
   std::vector<int> sizes = {8, 16, 32, 64};
   int top_k = 0;
+  model_flags model;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (i + 1 >= argc && a != "--help") {
+    if (i + 1 >= argc && a != "--help" && a != "--relaxed-groups") {
       std::fprintf(stderr, "%s", usage);
       return 2;
     }
+    if (model.parse(a, [&] { return std::string(argv[++i]); })) continue;
     if (a == "--trace") trace_dir = argv[++i];
     else if (a == "--top-k") top_k = std::stoi(argv[++i]);
     else if (a == "--csv") csv_path = argv[++i];
@@ -194,15 +204,24 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    const trace tr = trace_dir.empty() ? generate_trace({}) : load_trace(trace_dir);
-    const int k = top_k ? top_k : (tr.top_k ? tr.top_k : std::min(8, tr.num_experts));
-    lynx::route_params base = lynx::default_params(tr.num_experts, k);
+    generator_options g;
+    model.shape_generator(g);
+    trace tr = trace_dir.empty() ? generate_trace(g) : load_trace(trace_dir);
+    model.load_bias(tr);
+    const auto routing = model.routing();
+    const int k = top_k ? top_k : (routing ? routing->top_k : (tr.top_k ? tr.top_k : std::min(8, tr.num_experts)));
+    lynx::route_params base = routing && routing->num_experts == tr.num_experts ? lynx::default_params(*routing)
+                                                                                : lynx::default_params(tr.num_experts, k);
+    base.top_k = k;
+    model.apply(base, tr);
+    if (const lynx::status st = lynx::check(base); st != lynx::status::success)
+      throw std::runtime_error(lynx::status_string(st));
     std::vector<std::string> family, setting;
     const auto settings = sweep(base, family, setting);
     std::vector<point> pts;
     std::ofstream csv(csv_path);
     csv << "batch_size,family,setting,unique_before,unique_after,fewer,retained_mass,top1_kept\n";
-    std::printf("trace: %s (N=%d, k=%d)\n", tr.name.c_str(), tr.num_experts, k);
+    std::printf("trace: %s (N=%d, k=%d)\nrouter: %s\n", tr.name.c_str(), tr.num_experts, k, describe(base).c_str());
     for (const int bs : sizes) {
       std::printf("\nbatch size %d\n%-16s %-44s %8s %8s %7s %9s %9s\n", bs, "family", "setting", "before", "after", "fewer",
                   "retained", "top1_kept");

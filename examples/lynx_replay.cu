@@ -15,6 +15,7 @@
 
 #include "common/npy.hpp"
 #include "common/evaluate.hpp"
+#include "common/model_flags.hpp"
 #include "common/trace.hpp"
 
 namespace {
@@ -27,8 +28,12 @@ const char* usage =
     "                   [--json] [--dump DIR] [--host] [--experts N (generator only)]\n"
     "                   [--policy lynx|piggyback|budget] [--anchor] [--keep-k K]\n"
     "                   [--budget-experts E | --budget-fraction F | --budget-mass M]\n"
+    "                   [--model NAME] [--groups G --top-groups TG] [--scaling S]\n"
+    "                   [--bias FILE] [--relaxed-groups]\n"
     "Without --trace it runs on the built-in generator (64 experts, top-6, 8 layers).\n"
-    "Without --preset/--alpha it uses lynx::default_params(N, k).\n";
+    "Without --preset/--alpha it uses lynx::default_params(N, k), or with --model NAME\n"
+    "lynx::default_params(model): the model's own router (docs/ROUTERS.md), its correction bias\n"
+    "from bias.npy in the trace folder or --bias FILE (the generator makes one for such models).\n";
 
 struct options {
   std::string trace_dir, preset_name, dump_dir;
@@ -40,6 +45,7 @@ struct options {
   std::optional<lynx::policy> kind;
   int keep_k = 0, budget_experts = 0;
   float budget_fraction = 0, budget_mass = 0;
+  model_flags model;
 };
 
 [[noreturn]] void fail(const std::string& msg) {
@@ -82,7 +88,8 @@ options parse(int argc, char** argv) {
       else if (a == "--budget-experts") o.budget_experts = std::stoi(next());
       else if (a == "--budget-fraction") o.budget_fraction = std::stof(next());
       else if (a == "--budget-mass") o.budget_mass = std::stof(next());
-      else if (a == "--help" || a == "-h") {
+      else if (o.model.parse(a, next)) {
+      } else if (a == "--help" || a == "-h") {
         std::printf("%s", usage);
         std::exit(0);
       } else fail("unknown argument " + a);
@@ -105,12 +112,15 @@ int main(int argc, char** argv) {
       generator_options g;
       if (o.experts) g.num_experts = o.experts;
       if (o.top_k) g.top_k = o.top_k;
+      o.model.shape_generator(g);
       tr = generate_trace(g);
     } else {
       tr = load_trace(o.trace_dir);
     }
+    o.model.load_bias(tr);
+    const auto routing = o.model.routing();
     const int n = tr.num_experts;
-    const int k = o.top_k ? o.top_k : (tr.top_k ? tr.top_k : std::min(8, n));
+    const int k = o.top_k ? o.top_k : (routing ? routing->top_k : (tr.top_k ? tr.top_k : std::min(8, n)));
 
     lynx::route_params p;
     std::string policy;
@@ -134,6 +144,10 @@ int main(int argc, char** argv) {
       if (o.alpha) p.alpha = *o.alpha;
       if (o.beta) p.beta = *o.beta;
       policy = "given";
+    } else if (routing && routing->num_experts == n) {
+      p = lynx::default_params(*routing);
+      p.top_k = k;
+      policy = "default for " + o.model.model;
     } else {
       p = lynx::default_params(n, k);
       policy = "default for N=" + std::to_string(n) + ", k=" + std::to_string(k);
@@ -148,6 +162,7 @@ int main(int argc, char** argv) {
       p.budget_fraction = o.budget_fraction;
       p.budget_mass = o.budget_mass;
     }
+    o.model.apply(p, tr);
     if (const lynx::status s = lynx::check(p); s != lynx::status::success) fail(lynx::status_string(s));
 
     const bool use_device = !o.force_host && device_available();
@@ -158,10 +173,11 @@ int main(int argc, char** argv) {
       backend = std::string("device (") + prop.name + ")";
     }
     router r(use_device, max_batch_rows(tr, o.batch_size), p);
+    if (use_device && !r.on_device()) backend = "host (the device policies do not take a model router yet)";
 
     std::printf("trace: %s  (%d layers x %d tokens, N=%d, k=%d)\n", tr.name.c_str(), tr.layers, tr.tokens, n, k);
     std::printf("policy: %s: %s\n", policy.c_str(), describe(p).c_str());
-    std::printf("backend: %s%s\n", backend.c_str(), use_device ? "" : " (no CUDA device found)");
+    std::printf("backend: %s%s\n", backend.c_str(), use_device || o.force_host ? "" : " (no CUDA device found)");
     std::printf("batch size: %s\n\n", o.batch_size ? std::to_string(o.batch_size).c_str() : "as in the trace");
     std::printf("%6s %8s %8s %9s %7s %9s %9s\n", "layer", "batches", "top1_p", "before", "after", "retained", "top1_kept");
 
@@ -180,7 +196,8 @@ int main(int argc, char** argv) {
                                    const std::size_t at = (static_cast<std::size_t>(l) * tr.tokens + first) * k;
                                    std::copy_n(ids, static_cast<std::size_t>(rows) * k, dump_ids.begin() + at);
                                    std::copy_n(w, static_cast<std::size_t>(rows) * k, dump_w.begin() + at);
-                                   if (lynx::host::topk_route(tr.row(l, first), n, rows, rows, p, plain_ids.data() + at,
+                                   if (lynx::host::topk_route(tr.row(l, first), n, rows, rows, layer_params(p, tr, l),
+                                                              plain_ids.data() + at,
                                                               plain_w.data() + at) != lynx::status::success)
                                      fail("topk_route failed");
                                  });
@@ -207,7 +224,7 @@ int main(int argc, char** argv) {
       std::printf("{\"trace\": \"%s\", \"num_experts\": %d, \"top_k\": %d, \"policy\": \"%s\", \"batch_size\": %d, "
                   "\"batches\": %d, \"backend\": \"%s\", \"unique_before\": %.4f, \"unique_after\": %.4f, "
                   "\"retained_mass\": %.6f, \"top1_kept\": %.6f}\n",
-                  tr.name.c_str(), n, k, describe(p).c_str(), o.batch_size, all.batches, use_device ? "device" : "host", before, after,
+                  tr.name.c_str(), n, k, describe(p).c_str(), o.batch_size, all.batches, r.on_device() ? "device" : "host", before, after,
                   all.mean(all.retained), all.mean(all.top1_kept));
     return 0;
   } catch (const std::exception& e) {

@@ -30,7 +30,8 @@ inline bool device_available() {
 /// Routes batches with lynx::route or lynx::topk_route, on the device or on the host path.
 class router {
  public:
-  router(bool use_device, int max_rows, const lynx::route_params& p) : device_(use_device), p_(p) {
+  /// A model router (docs/ROUTERS.md) routes on the host: the device policies do not take one yet.
+  router(bool use_device, int max_rows, const lynx::route_params& p) : device_(use_device && p.router.plain()), p_(p) {
     if (!device_) return;
     const std::size_t n = static_cast<std::size_t>(max_rows) * p.num_experts, nk = static_cast<std::size_t>(max_rows) * p.top_k;
     std::size_t a = 0, b = 0;
@@ -54,11 +55,12 @@ class router {
 
   bool on_device() const { return device_; }
 
-  void route(bool lynx_step, const float* logits, int rows, int* ids, float* weights) {
+  /// `layer_p`: p with the layer's bias (layer_params); the same otherwise.
+  void route(bool lynx_step, const float* logits, int rows, int* ids, float* weights, const lynx::route_params& layer_p) {
     const int n = p_.num_experts;
     if (!device_) {
-      const lynx::status s = lynx_step ? lynx::host::route(logits, n, rows, rows, p_, ids, weights)
-                                       : lynx::host::topk_route(logits, n, rows, rows, p_, ids, weights);
+      const lynx::status s = lynx_step ? lynx::host::route(logits, n, rows, rows, layer_p, ids, weights)
+                                       : lynx::host::topk_route(logits, n, rows, rows, layer_p, ids, weights);
       if (s != lynx::status::success) throw std::runtime_error(lynx::status_string(s));
       return;
     }
@@ -83,6 +85,13 @@ class router {
   float* weights_ = nullptr;
 };
 
+/// p for one layer of a trace: its correction bias where p has one.
+inline lynx::route_params layer_params(const lynx::route_params& p, const trace& tr, int layer) {
+  lynx::route_params q = p;
+  if (q.router.bias) q.router.bias = tr.bias_of(layer);
+  return q;
+}
+
 /// A one-line description of a policy, e.g. "lynx alpha=1 beta=1 +anchor, softmax".
 inline std::string describe(const lynx::route_params& p) {
   char buf[160];
@@ -99,6 +108,15 @@ inline std::string describe(const lynx::route_params& p) {
   if (p.anchor_top1 && p.kind != lynx::policy::budget) s += " +anchor";
   s += p.score == lynx::scoring::sigmoid ? ", sigmoid" : ", softmax";
   if (p.renormalize) s += ", renormalize";
+  const lynx::model_router& r = p.router;
+  if (r.bias) s += ", bias";
+  if (r.grouped())
+    s += ", groups " + std::to_string(r.top_groups) + "/" + std::to_string(r.num_groups) + (r.relaxed_groups ? " relaxed" : " kept");
+  if (r.scaling != 1.0f) {
+    char sc[32];
+    std::snprintf(sc, sizeof sc, ", scaling %g", r.scaling);
+    s += sc;
+  }
   return s;
 }
 
@@ -142,14 +160,15 @@ inline std::vector<summary> evaluate(
   std::vector<summary> out(tr.layers + 1);
   for (int l = 0; l < tr.layers; ++l) {
     summary& layer = out[l];
+    const lynx::route_params pl = layer_params(p, tr, l);
     for (std::size_t b = 0; b + 1 < tr.batch_offsets.size(); ++b) {
       const int begin = tr.batch_offsets[b], end = tr.batch_offsets[b + 1];
       const int step = batch_size ? batch_size : std::max(end - begin, 1);
       for (int s = begin; s < end; s += step) {
         const int rows = std::min(step, end - s);
         const float* logits = tr.row(l, s);
-        r.route(true, logits, rows, ids.data(), w.data());
-        const lynx::batch_measures m = lynx::measure_batch(logits, n, rows, p, ids.data());
+        r.route(true, logits, rows, ids.data(), w.data(), pl);
+        const lynx::batch_measures m = lynx::measure_batch(logits, n, rows, pl, ids.data());
         layer.add(m);
         out.back().add(m);
         for (int t = 0; t < rows; ++t) layer.top1_prob += top1_probability(logits + static_cast<std::size_t>(t) * n, n);

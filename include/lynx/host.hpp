@@ -70,7 +70,7 @@ status remap_topk(const batch_ref<T, IdT>& batch, const std::int8_t* bins, const
   const int num_valid = valid_rows(batch.valid, batch.num_rows);
   if (num_valid == 0) return status::success;
   if (!p.router.plain()) {
-    detail::router_route_body(batch.logits, batch.row_stride, batch.num_rows, num_valid, p, batch.pinned, batch.ids,
+    detail::router_route_body_dispatch(batch.logits, batch.row_stride, batch.num_rows, num_valid, p, batch.pinned, batch.ids,
                               batch.weights);
     return status::success;
   }
@@ -99,7 +99,7 @@ status route(const batch_ref<T, IdT>& batch, const route_params& p) {
   const int num_valid = valid_rows(batch.valid, batch.num_rows);
   if (num_valid == 0) return status::success;
   if (!p.router.plain()) {  // a model router's own choice scores and groups (docs/ROUTERS.md)
-    detail::router_route_body(batch.logits, batch.row_stride, batch.num_rows, num_valid, p, batch.pinned, batch.ids,
+    detail::router_route_body_dispatch(batch.logits, batch.row_stride, batch.num_rows, num_valid, p, batch.pinned, batch.ids,
                               batch.weights);
     return status::success;
   }

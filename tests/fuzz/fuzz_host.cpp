@@ -109,10 +109,18 @@ void run(reader& in, lynx::route_params p, int rows, int valid, int stride) {
     const lynx::route_params& q = *cp;
     std::fprintf(stderr,
                  "N %d k %d alpha %g beta %d sigmoid %d renorm %d anchor %d sentinel %d/%d policy %d keep %d "
-                 "budget %d/%g/%g rows %d valid %d stride %d pinned %d\n",
+                 "budget %d/%g/%g rows %d valid %d stride %d pinned %d router groups %d/%d bias %d scaling %g "
+                 "relaxed %d\n",
                  q.num_experts, q.top_k, q.alpha, q.beta, q.score == lynx::scoring::sigmoid, q.renormalize,
                  q.anchor_top1, q.pad_with_sentinel, q.sentinel_id, static_cast<int>(q.kind), q.keep_k,
-                 q.budget_experts, q.budget_fraction, q.budget_mass, c_rows, c_valid, c_stride, c_pinned != nullptr);
+                 q.budget_experts, q.budget_fraction, q.budget_mass, c_rows, c_valid, c_stride, c_pinned != nullptr,
+                 q.router.top_groups, q.router.num_groups, q.router.bias != nullptr, q.router.scaling,
+                 q.router.relaxed_groups);
+    if (q.router.bias) {
+      std::fprintf(stderr, "bias:");
+      for (int e = 0; e < q.num_experts; ++e) std::fprintf(stderr, " %.9g", q.router.bias[e]);
+      std::fprintf(stderr, "\n");
+    }
     for (int t = 0; t < c_rows; ++t) {
       std::fprintf(stderr, "row %d%s:", t, c_pinned && c_pinned[t] ? " (pinned)" : "");
       for (int e = 0; e < q.num_experts; ++e)
@@ -135,8 +143,15 @@ void run(reader& in, lynx::route_params p, int rows, int valid, int stride) {
                  lynx::status::success, "route");
   lynx::host::use_simd() = !lynx::host::use_simd();
   FUZZ_CHECK(ids == ids2 && same_bits(w, w2), "AVX2 vs portable");
-  // The stages compose to route.
-  if (valid > 0) {
+  // The stages compose to route (a model router: the staged lynx policy refuses it).
+  if (valid > 0 && !p.router.plain()) {
+    const lynx::status st = lynx::host::remap_topk(batch{L.data(), stride, rows, valid, staged.data(), staged_w.data(), pinned},
+                                                   nullptr, nullptr, p);
+    FUZZ_CHECK(st == (p.kind == lynx::policy::lynx ? lynx::status::unsupported_router : lynx::status::success) ||
+                   (p.kind == lynx::policy::lynx && st == lynx::status::null_pointer),
+               "staged remap on a router: %d", static_cast<int>(st));
+    if (p.kind != lynx::policy::lynx) FUZZ_CHECK(staged == ids && same_bits(staged_w, w), "remap_topk = route (router)");
+  } else if (valid > 0) {
     std::vector<std::int8_t> bins(static_cast<std::size_t>(rows) * n);
     std::vector<std::int32_t> counts(static_cast<std::size_t>(lynx::histogram_bins(p)) * n), ranks(n);
     FUZZ_CHECK(lynx::host::affinity_bin(L.data(), stride, rows, valid, p, bins.data()) == lynx::status::success, "bins");
@@ -184,7 +199,8 @@ void run(reader& in, lynx::route_params p, int rows, int valid, int stride) {
     if (!votes[t]) {
       FUZZ_CHECK(sum == 0.0, "padding row %d has weight", t);
     } else if (p.renormalize) {
-      FUZZ_CHECK(std::fabs(sum - 1.0) <= 1e-6, "row %d weights sum to %.9g", t, sum);
+      const double scaling = p.router.scaling;
+      FUZZ_CHECK(std::fabs(sum - scaling) <= 1e-6 * scaling, "row %d weights sum to %.9g", t, sum);
     }
     for (int i = 0; i < k && votes[t]; ++i)
       plain_touched.insert(static_cast<int>(plain[static_cast<std::size_t>(t) * k + i]));
@@ -199,6 +215,23 @@ void run(reader& in, lynx::route_params p, int rows, int valid, int stride) {
     if (!votes[t]) continue;
     const bool single = voters == 1, pin = pinned && pinned[t];
     if (!single && !pin) continue;
+    if (!pin && p.kind == lynx::policy::budget && p.router.bias) {
+      // Shares of the choice score (docs/ROUTERS.md): a single token keeps all of its choice's.
+      const auto choice_mass = [&](const IdT* r) {
+        double m = 0;
+        for (int i = 0; i < k; ++i) {
+          const int e = static_cast<int>(r[i]);
+          const float c = lynx::detail::choice_score(lynx::detail::sanitize(to_float(L[static_cast<std::size_t>(t) * stride + e])),
+                                                     p.router.bias, e);
+          m += c > 0.0f ? c : 0.0f;
+        }
+        return m;
+      };
+      const double got = choice_mass(ids.data() + static_cast<std::size_t>(t) * k),
+                   want = choice_mass(plain.data() + static_cast<std::size_t>(t) * k);
+      FUZZ_CHECK(got >= want * (1.0 - 1e-5), "single token keeps %.9g of %.9g choice mass", got, want);
+      continue;
+    }
     if (!pin && p.kind == lynx::policy::budget) {
       const auto m = lynx::measure_batch(L.data() + static_cast<std::size_t>(t) * stride, stride, 1, p,
                                          ids.data() + static_cast<std::size_t>(t) * k);
@@ -210,6 +243,28 @@ void run(reader& in, lynx::route_params p, int rows, int valid, int stride) {
                     plain.begin() + static_cast<std::ptrdiff_t>(t + 1) * k);
     FUZZ_CHECK(a == b, "row %d (%s) was remapped", t, single ? "single token" : "pinned");
   }
+  if (p.router.custom_choice()) {  // inside the kept groups (kept limit); the first choice if anchored
+    std::vector<float> c(n);
+    std::uint64_t first[lynx::max_top_k];
+    for (int t = 0; t < valid; ++t) {
+      if (!votes[t]) continue;
+      for (int e = 0; e < n; ++e)
+        c[e] = lynx::detail::choice_score(lynx::detail::sanitize(to_float(L[static_cast<std::size_t>(t) * stride + e])),
+                                          p.router.bias, e);
+      const std::uint32_t kept = lynx::detail::router_groups(c.data(), n, p.router);
+      lynx::detail::router_choice(c.data(), n, k, p.router, kept, first);
+      const IdT* r = ids.data() + static_cast<std::size_t>(t) * k;
+      bool has_first = false;
+      for (int i = 0; i < k; ++i) {
+        const int e = static_cast<int>(r[i]);
+        has_first |= e == lynx::detail::key_expert(first[0]);
+        if (!p.router.relaxed_groups)
+          FUZZ_CHECK(lynx::detail::router_allows(kept, e, n, p.router), "row %d expert %d outside its groups", t, e);
+      }
+      if (p.anchor_top1 || (p.kind == lynx::policy::budget && p.budget_mass > 0.0f))
+        FUZZ_CHECK(has_first, "row %d lost its first choice", t);
+    }
+  }
   if (p.kind == lynx::policy::budget) {
     // A count limit is a hard limit; a mass target is met; anchors are kept when they fit.
     const int limit = lynx::detail::budget_limit(p.budget_experts, p.budget_fraction,
@@ -220,7 +275,9 @@ void run(reader& in, lynx::route_params p, int rows, int valid, int stride) {
       if (votes[t] && pinned && pinned[t])
         for (int i = 0; i < k; ++i) pinned_experts.insert(static_cast<int>(plain[static_cast<std::size_t>(t) * k + i]));
     const int allowed = std::max(limit, static_cast<int>(pinned_experts.size()));
-    if (p.budget_experts > 0 || p.budget_fraction > 0.0f)
+    // With the group limit kept, tokens fill from their own groups outside K (docs/ROUTERS.md).
+    const bool limit_holds = !p.router.grouped() || p.router.relaxed_groups;
+    if ((p.budget_experts > 0 || p.budget_fraction > 0.0f) && limit_holds)
       FUZZ_CHECK(static_cast<int>(touched.size()) <= allowed, "touched %zu > limit %d", touched.size(), allowed);
   }
 }
@@ -252,6 +309,25 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   const int rows = in.byte() % 40, valid = rows ? in.byte() % (rows + 1) : 0;
   const int stride = p.num_experts + in.byte() % 3;
+  // A model router one time in three (docs/ROUTERS.md): groups dividing N, a bias with sigmoid
+  // scores (any floats, NaN and inf included), a scaling factor, the group limit kept or relaxed.
+  static std::vector<float> bias;
+  if (in.byte() % 3 == 0) {
+    std::vector<int> divisors;
+    for (int g = 1; g <= 32; ++g)
+      if (p.num_experts % g == 0) divisors.push_back(g);
+    p.router.num_groups = divisors[in.byte() % divisors.size()];
+    p.router.top_groups = 1 + in.byte() % p.router.num_groups;
+    static const float scalings[] = {1.0f, 2.5f, 16.0f, 0.5f};
+    p.router.scaling = scalings[in.byte() % 4];
+    p.router.relaxed_groups = in.byte() & 1;
+    if (p.score == lynx::scoring::sigmoid && in.byte() % 2 == 0) {
+      bias.resize(p.num_experts);
+      const float scale = std::ldexp(1.0f, static_cast<int>(in.byte() % 8) - 7);
+      for (float& b : bias) b = logit(in, 0.0f, scale);
+      p.router.bias = bias.data();
+    }
+  }
   if (lynx::check(p) != lynx::status::success) return 0;
   switch (in.byte() % 4) {
     case 0: run<float, std::int32_t>(in, p, rows, valid, stride); break;

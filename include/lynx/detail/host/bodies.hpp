@@ -208,15 +208,19 @@ LYNX_HOST_INLINE void topk_route_body(Isa isa, const T* logits, std::int64_t row
   std::vector<std::uint8_t> in_plain(n, 0), votes(num_rows, 0);
   buffer<float> x(n);
   topk_scratch ts(n);
-  std::uint64_t best[max_top_k];
+  std::uint64_t best[max_top_k], taken[max_top_k];
+  const bool custom = p.router.custom_choice();
+  router_scratch rs(custom ? n : 1);
+  buffer<float> c(custom ? n : 1);
   for (int t = 0; t < num_valid; ++t) {
     const T* row = logits + t * row_stride;
     const float m = load_row(row, n, x.data());
     if (m == -INFINITY) continue;
     votes[t] = 1;
-    if (p.router.custom_choice())
-      d::router_topk(row, n, k, p.router, best);
-    else
+    if (custom) {  // router_topk, from the loaded row
+      router_choice_row(isa, x.data(), n, k, p.router, c.data(), rs.masked.data(), rs.mask.data(), rs.ts, taken);
+      d::by_logit(row, taken, k, best);
+    } else
       plain_topk(isa, x.data(), nullptr, n, k, m, ts, best);
     for (int i = 0; i < k; ++i) in_plain[d::key_expert(best[i])] = 1;
     const d::emit_scale e = d::scaled_emit(p, original_mass(row, x.data(), n, m, best, k, p.score, p.renormalize));

@@ -12,6 +12,8 @@
 #include "budget.hpp"
 #include "bodies.hpp"
 #include "rows.hpp"
+#include "simd.hpp"
+#include "topk.hpp"
 
 namespace lynx {
 namespace host {
@@ -39,14 +41,15 @@ inline std::uint64_t pool_key(bool in_pool, std::uint64_t hi, float c, int e) {
   return in_pool ? hi | lynx::detail::logit_key(c, e) : 0;
 }
 
-template <class T, class IdT>
-void router_route_body(const T* logits, std::int64_t row_stride, int num_rows, int num_valid, const route_params& p,
-                       const std::uint8_t* pinned, IdT* ids, float* weights) {
+template <class Isa, class T, class IdT>
+LYNX_HOST_INLINE void router_route_body(Isa isa, const T* logits, std::int64_t row_stride, int num_rows, int num_valid,
+                                        route_params p, const std::uint8_t* pinned, IdT* ids, float* weights) {
   namespace d = lynx::detail;
   const model_router& r = p.router;
   const int n = p.num_experts, k = p.top_k, depth = d::bin_depth(p.beta);
   router_rows rr(num_rows, n, k);
-  std::vector<float> x(n);
+  buffer<float> x(static_cast<std::size_t>(n));
+  router_scratch rs(n);
   std::vector<std::uint8_t> in_active(n, 0), in_plain(n, 0), in_final(n, 0), anchors(n, 0);
   std::vector<std::uint8_t> votes(num_rows, 0);
 
@@ -55,10 +58,8 @@ void router_route_body(const T* logits, std::int64_t row_stride, int num_rows, i
     const float m = load_row(row, n, x.data());
     if (m == -INFINITY) continue;
     votes[t] = 1;
-    float* c = rr.c_of(t);
-    for (int e = 0; e < n; ++e) c[e] = d::choice_score(x[e], r.bias, e);
-    rr.kept[t] = d::router_groups(c, n, r);
-    d::router_choice(c, n, k, r, rr.kept[t], rr.plain_of(t));
+    rr.kept[t] = router_choice_row(isa, x.data(), n, k, r, rr.c_of(t), rs.masked.data(), rs.mask.data(), rs.ts,
+                                   rr.plain_of(t));
     d::by_logit(row, rr.plain_of(t), k, rr.plain_logit_of(t));
     rr.mass[t] = original_mass(row, x.data(), n, m, rr.plain_logit_of(t), k, p.score, p.renormalize);
     for (int i = 0; i < k; ++i) in_plain[d::key_expert(rr.plain_of(t)[i])] = 1;
@@ -127,7 +128,7 @@ void router_route_body(const T* logits, std::int64_t row_stride, int num_rows, i
       if (sum > 0.0f)
         for (int e = 0; e < n; ++e) s[e] = value(e) / sum;
     }
-    budget_greedy(isa_portable{}, nullptr, nullptr, votes.data(), num_valid, anchors.data(), plain_rows.data(),
+    budget_greedy(isa, nullptr, nullptr, votes.data(), num_valid, anchors.data(), plain_rows.data(),
                   count_flags(in_plain), p, in_active.data(), share.data());
   }
 
@@ -159,6 +160,7 @@ void router_route_body(const T* logits, std::int64_t row_stride, int num_rows, i
       }
   write_pad_rows(fallback ? in_plain : in_final, votes, num_rows, p, ids, weights);
 }
+LYNX_HOST_DISPATCHED(router_route_body)
 
 }  // namespace detail
 }  // namespace host

@@ -194,6 +194,44 @@ LYNX_HOST_INLINE int plain_topk(Isa isa, const float* x, const std::uint32_t* ma
   return c;
 }
 
+/// A model router's choice for a loaded row x (row_math.hpp's router_topk, from the loaded
+/// row): its choice scores c, its kept groups (returned) and P, the top-k keys of c inside the
+/// kept groups in choice order, which is router_choice's result exactly (plain_topk with the
+/// other groups masked below every key). The choice scores are one loop without branches.
+template <class Isa>
+LYNX_HOST_INLINE std::uint32_t router_choice_row(Isa isa, const float* x, int n, int k, const model_router& r, float* c,
+                                                 float* masked, std::uint32_t* mask, topk_scratch& ts,
+                                                 std::uint64_t* taken) {
+  if (r.bias) {
+    const float* b = r.bias;
+    for (int e = 0; e < n; ++e) c[e] = d::sigmoid(x[e]) + d::sanitize(b[e]);
+  } else {
+    std::copy_n(x, n, c);
+  }
+  const std::uint32_t kept = d::router_groups(c, n, r);
+  const int size = n / r.num_groups;
+  const std::uint32_t minus_inf = d::float_bits(-INFINITY);
+  std::uint32_t top = 0;
+  for (int e = 0; e < n; ++e) {
+    const std::uint32_t mk = 0u - (kept >> (e / size) & 1u);
+    const float v = d::bits_float((d::float_bits(c[e]) & mk) | (minus_inf & ~mk));
+    masked[e] = v;
+    mask[e] = mk;
+    const std::uint32_t o = d::ordered_bits(v) & mk;
+    top = o > top ? o : top;
+  }
+  plain_topk(isa, masked, r.grouped() ? mask : nullptr, n, k, d::unordered_float(top), ts, taken);
+  return kept;
+}
+
+/// Scratch of router_choice_row.
+struct router_scratch {
+  buffer<float> masked;
+  buffer<std::uint32_t> mask;
+  topk_scratch ts;
+  explicit router_scratch(int n) : masked(static_cast<std::size_t>(n)), mask(static_cast<std::size_t>(n)), ts(n) {}
+};
+
 /// How many keys plain_topk's `ranked` output may hold.
 inline constexpr int max_ranked = 64;
 

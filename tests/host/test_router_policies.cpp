@@ -16,6 +16,7 @@
 #include <set>
 #include <vector>
 
+#include <lynx/half.hpp>
 #include <lynx/host.hpp>
 #include <lynx/measures.hpp>
 
@@ -316,6 +317,34 @@ TEST(RouterPolicies, DefaultsForEveryModelAndTheirMeasures) {
     }
     std::printf("%-18s unique %3d -> %3d  retained mass %.4f\n", std::string(m.name).c_str(), after.unique_before,
                 after.unique_after, after.retained_mass);
+  }
+}
+
+TEST(RouterPolicies, Bf16LogitsAndInt64IdsGiveTheSameRouting) {
+  // bf16 logits route as their float values do, and int64 ids hold the same ids, with a
+  // row stride above N and padding rows.
+  const auto m = *lynx::find_model("deepseek-v3");
+  const auto bias = model_bias(m.num_experts, 8, 0.05f);
+  const int n = m.num_experts, k = m.top_k, rows = 20, valid = 17, stride = n + 5;
+  const auto raw = lynx_test::random_logits(rows, stride, 77, 1.0f);
+  std::vector<__nv_bfloat16> bf(raw.size());
+  std::vector<float> f(raw.size());
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    bf[i] = __float2bfloat16(raw[i]);
+    f[i] = __bfloat162float(bf[i]);
+  }
+  for (const policy kind : {policy::lynx, policy::piggyback, policy::budget}) {
+    auto p = lynx::default_params(m, bias.data());
+    p.kind = kind, p.keep_k = 3, p.router.relaxed_groups = kind == policy::piggyback;
+    std::vector<int> ids(static_cast<std::size_t>(rows) * k);
+    std::vector<std::int64_t> ids64(ids.size());
+    std::vector<float> w(ids.size()), w64(ids.size());
+    ASSERT_EQ(lynx::host::route(f.data(), stride, rows, valid, p, ids.data(), w.data()), lynx::status::success);
+    ASSERT_EQ(lynx::host::route(bf.data(), stride, rows, valid, p, ids64.data(), w64.data()), lynx::status::success);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      ASSERT_EQ(ids64[i], ids[i]) << int(kind) << " at " << i;
+      ASSERT_EQ(w64[i], w[i]) << int(kind) << " at " << i;
+    }
   }
 }
 

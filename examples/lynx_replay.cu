@@ -138,7 +138,9 @@ int main(int argc, char** argv) {
       p.top_k = k;
       policy = "preset " + o.preset_name;
     } else if (o.alpha || o.beta || o.kind) {
-      p = lynx::default_params(n, k);
+      // A model's default alpha where it has one (with a bias: bins in units of choice score).
+      p = routing && routing->num_experts == n ? lynx::default_params(*routing) : lynx::default_params(n, k);
+      p.top_k = k;
       p.kind = lynx::policy::lynx;
       p.anchor_top1 = false;
       if (o.alpha) p.alpha = *o.alpha;

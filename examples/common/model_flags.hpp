@@ -3,7 +3,9 @@
 // (--model), or flags (--groups, --top-groups, --scaling, --bias, --relaxed-groups), and the
 // correction bias: bias.npy in the trace folder, --bias FILE, or the generator's.
 
+#include <cstdio>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -66,7 +68,8 @@ struct model_flags {
   /// A bias is used where the trace has one (per layer: evaluate() points p at each layer's);
   /// a model with a correction bias needs one.
   void apply(lynx::route_params& p, const trace& tr) const {
-    if (const auto m = routing()) {
+    const auto m = routing();
+    if (m) {
       if (m->num_experts != p.num_experts)
         throw std::runtime_error("model " + model + " has N=" + std::to_string(m->num_experts) + ", the trace N=" +
                                  std::to_string(p.num_experts));
@@ -79,11 +82,20 @@ struct model_flags {
       p.router.top_groups = m->top_groups;
       p.router.scaling = m->scaling;
     }
+    if (groups && !top_groups) throw std::runtime_error("--groups needs --top-groups");
     if (groups) p.router.num_groups = groups;
     if (top_groups) p.router.top_groups = top_groups;
     if (scaling > 0.0f) p.router.scaling = scaling;
     p.router.relaxed_groups = relaxed;
-    p.router.bias = tr.bias.empty() ? nullptr : tr.bias_of(0);
+    // A model without a correction bias ignores one in the trace folder; given by --bias, it
+    // is an error there, as it is with softmax scores.
+    const bool use_bias = !tr.bias.empty() && (m ? m->biased || !bias_file.empty() : true);
+    if (use_bias && p.score != lynx::scoring::sigmoid)
+      throw std::runtime_error("a correction bias needs sigmoid scores (--scoring sigmoid or a sigmoid --model)");
+    if (m && !m->biased && !tr.bias.empty() && bias_file.empty())
+      std::fprintf(stderr, "note: model %s has no correction bias; bias.npy in the trace folder is ignored\n",
+                   model.c_str());
+    p.router.bias = use_bias ? tr.bias_of(0) : nullptr;
   }
 };
 

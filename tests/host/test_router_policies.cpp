@@ -251,6 +251,55 @@ TEST(RouterPolicies, InvariantsAtEveryModelsRouting) {
   EXPECT_GT(remapped, batches / 2) << "the policies should remap most batches of several tokens";
 }
 
+TEST(RouterPolicies, WideBiasesMakeChoiceScoresNegative) {
+  // Biases around -2 but for one expert a group: every row's P holds experts with choice scores
+  // below 0, so the budget's max(c, 0) shares clip.
+  const auto m = *lynx::find_model("deepseek-v3");
+  auto bias = model_bias(m.num_experts, 21, 0.3f);
+  for (int e = 0; e < m.num_experts; ++e) bias[e] += e % 32 == 0 ? 0.3f : -2.0f;  // one expert a group above 0
+  int clipped_rows = 0;
+  for (const int rows : {1, 7, 32}) {
+    const auto L = lynx_test::random_logits(rows, m.num_experts, 100 + rows, 2.0f);
+    std::vector<std::uint8_t> pinned(rows, 0);
+    for (const policy kind : {policy::lynx, policy::piggyback, policy::budget})
+      for (const bool relaxed : {false, true}) {
+        auto p = lynx::default_params(m, bias.data());
+        p.kind = kind, p.keep_k = 2, p.router.relaxed_groups = relaxed;
+        if (kind == policy::budget && rows == 7) p.budget_mass = 0.0f, p.budget_experts = m.top_k + 2;
+        check_invariants(L, rows, rows, p, pinned, ("wide bias rows " + std::to_string(rows)).c_str());
+        if (rows == 1) {
+          EXPECT_EQ(run(true, L, 1, 1, p).ids, run(false, L, 1, 1, p).ids) << int(kind);
+        }
+      }
+    for (int t = 0; t < rows; ++t) {  // how many rows have a choice score <= 0 in P
+      const routed base = run(false, L, rows, rows, lynx::model_params(m, bias.data()));
+      for (int j = 0; j < m.top_k; ++j) {
+        const int e = base.ids[t * m.top_k + j];
+        const float x = L[static_cast<std::size_t>(t) * m.num_experts + e];
+        if (1.0f / (1.0f + std::exp(-x)) + bias[e] <= 0.0f) {
+          ++clipped_rows;
+          break;
+        }
+      }
+    }
+  }
+  EXPECT_GT(clipped_rows, 0) << "the case should reach clipped shares";
+  // Every choice score below 0: every row's shares are 0, and the budget fills K from P.
+  for (float& b : bias) b = -3.0f - 0.01f * b;
+  for (const int rows : {1, 9}) {
+    const auto L = lynx_test::random_logits(rows, m.num_experts, 300 + rows, 1.0f);
+    std::vector<std::uint8_t> pinned(rows, 0);
+    for (const bool relaxed : {false, true}) {
+      auto p = lynx::default_params(m, bias.data());
+      p.router.relaxed_groups = relaxed;
+      check_invariants(L, rows, rows, p, pinned, "all-negative bias");
+      if (rows == 1) {
+        EXPECT_EQ(run(true, L, 1, 1, p).ids, run(false, L, 1, 1, p).ids);
+      }
+    }
+  }
+}
+
 TEST(RouterPolicies, AdversarialRowsAndBiases) {
   // NaN / inf logits, rows with no finite logit, a NaN and an infinite bias, ties everywhere.
   const auto m = *lynx::find_model("deepseek-v3");
@@ -300,6 +349,9 @@ TEST(RouterPolicies, DefaultsForEveryModelAndTheirMeasures) {
     EXPECT_EQ(p.router.scaling, m.scaling) << m.name;
     EXPECT_EQ(p.router.bias != nullptr, m.biased) << m.name;
     EXPECT_FALSE(p.router.relaxed_groups) << m.name;
+    // With a bias the bins are in units of choice score: alpha 20, with or without the pointer.
+    EXPECT_EQ(p.alpha, m.biased ? 20.0f : lynx::default_params(m.num_experts, m.top_k).alpha) << m.name;
+    EXPECT_EQ(lynx::default_params(m).alpha, p.alpha) << m.name;
     const int rows = 16;
     const auto L = lynx_test::random_logits(rows, m.num_experts, 41, 1.0f);
     const routed got = run(true, L, rows, rows, p), base = run(false, L, rows, rows, p);
@@ -356,6 +408,20 @@ TEST(RouterPolicies, TheDeviceLaunchersAndTheStagedLynxPolicyRefuseRouters) {
   EXPECT_EQ(lynx::check_host_remap_router(p), lynx::status::unsupported_router);
   p.kind = policy::budget, p.budget_mass = 0.9f;
   EXPECT_EQ(lynx::check_host_remap_router(p), lynx::status::success);
+  // And the calls: host remap_topk with staged bins refuses the lynx policy, takes budget.
+  const int n = m.num_experts, k = m.top_k;
+  const auto L = lynx_test::random_logits(3, n, 5);
+  std::vector<std::int8_t> bins(3 * n, 0);
+  std::vector<std::int32_t> ranks(n, 0);
+  std::vector<int> ids(3 * k, -9);
+  std::vector<float> w(3 * k, -9.0f);
+  auto q = lynx::model_params(m);
+  EXPECT_EQ(lynx::host::remap_topk(L.data(), n, 3, 3, bins.data(), ranks.data(), q, ids.data(), w.data()),
+            lynx::status::unsupported_router);
+  EXPECT_TRUE(std::all_of(ids.begin(), ids.end(), [](int v) { return v == -9; }));
+  EXPECT_EQ(lynx::host::remap_topk(L.data(), n, 3, 3, bins.data(), ranks.data(), p, ids.data(), w.data()),
+            lynx::status::success);
+  EXPECT_EQ(ids, run(true, L, 3, 3, p).ids);
 }
 
 }  // namespace

@@ -71,7 +71,9 @@ LYNX_HOST_INLINE void router_route_body(Isa isa, const T* logits, std::int64_t r
     if (p.kind == policy::piggyback)
       for (int i = 0; i < p.keep_k; ++i) in_active[d::key_expert(rr.plain_of(t)[i])] = 1;
   }
-  const auto allows = [&](int t, int e) { return d::router_allows(rr.kept[t], e, n, r); };
+  std::vector<std::uint8_t> group_of(n);  // router_allows without a division per expert
+  for (int e = 0; e < n; ++e) group_of[e] = static_cast<std::uint8_t>(e / (n / r.num_groups));
+  const auto allows = [&](int t, int e) { return (rr.kept[t] >> group_of[e] & 1u) != 0; };
 
   if (p.kind == policy::lynx) {
     // Bins of the choice score against the row's first choice; experts outside the kept

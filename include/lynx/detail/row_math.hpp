@@ -354,18 +354,6 @@ LYNX_HD void by_logit(const T* row, const std::uint64_t* chosen, int k, std::uin
   }
 }
 
-/// model_router's choice for one row (the host path's; warp_router_topk is the device's):
-/// `best` gets the chosen experts' logit keys, descending (the order in which chosen_weights
-/// sums). Each choice score is computed once.
-template <class T>
-LYNX_HD void router_topk(const T* row, int n, int k, const model_router& r, std::uint64_t* best) {
-  float c[max_experts];
-  for (int e = 0; e < n; ++e) c[e] = choice_score(load_logit(row, e), r.bias, e);
-  std::uint64_t taken[max_top_k];
-  router_choice(c, n, k, r, router_groups(c, n, r), taken);
-  by_logit(row, taken, k, best);
-}
-
 /// What emit_row's (renormalize, mass) become with a routed scaling factor: the weights' last
 /// factor is the scaling (renormalized) or the mass times it, in one rounding. Without one they
 /// are unchanged, so plain routers' weights stay bitwise what they were.

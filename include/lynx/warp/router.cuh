@@ -1,6 +1,6 @@
 #pragma once
 // lynx::warp_router_topk: a model_router's choice for one row in a warp (params.hpp says what it
-// computes; detail::router_topk is the host's, bitwise the same). Group scores are warp-wide
+// computes; host::detail::router_choice_row is the host's, bitwise the same). Group scores are warp-wide
 // top-2 merges (an xor butterfly, so every lane ends with the group's score), the kept groups
 // top_groups rounds of a warp max over a key per group (lane g holds group g), the choice k
 // rounds of a warp max over the choice keys of the kept groups. The result is lane-spread as

@@ -217,7 +217,7 @@ LYNX_HOST_INLINE void topk_route_body(Isa isa, const T* logits, std::int64_t row
     const float m = load_row(row, n, x.data());
     if (m == -INFINITY) continue;
     votes[t] = 1;
-    if (custom) {  // router_topk, from the loaded row
+    if (custom) {  // the model's choice, re-keyed by logit for the weights
       router_choice_row(isa, x.data(), n, k, p.router, c.data(), rs.masked.data(), rs.mask.data(), rs.ts, taken);
       d::by_logit(row, taken, k, best);
     } else

@@ -113,9 +113,7 @@ LYNX_HOST_INLINE void router_route_body(Isa isa, const T* logits, std::int64_t r
     int v = 0;
     for (int t = 0; t < num_valid; ++t) v += votes[t];
     share.assign(static_cast<std::size_t>(v) * n, 0.0f);
-    std::vector<std::uint64_t> plain_rows(static_cast<std::size_t>(num_valid) * k);
     for (int t = 0, i = 0; t < num_valid; ++t) {
-      std::copy_n(rr.plain_of(t), k, plain_rows.begin() + static_cast<std::size_t>(t) * k);
       if (!votes[t]) continue;
       const float* c = rr.c_of(t);
       const std::uint64_t* pt = rr.plain_of(t);
@@ -130,7 +128,7 @@ LYNX_HOST_INLINE void router_route_body(Isa isa, const T* logits, std::int64_t r
       if (sum > 0.0f)
         for (int e = 0; e < n; ++e) s[e] = value(e) / sum;
     }
-    budget_greedy(isa, nullptr, nullptr, votes.data(), num_valid, anchors.data(), plain_rows.data(),
+    budget_greedy(isa, nullptr, nullptr, votes.data(), num_valid, anchors.data(), rr.plain.data(),
                   count_flags(in_plain), p, in_active.data(), share.data());
   }
 

@@ -194,9 +194,9 @@ LYNX_HOST_INLINE int plain_topk(Isa isa, const float* x, const std::uint32_t* ma
   return c;
 }
 
-/// A model router's choice for a loaded row x (row_math.hpp's router_topk, from the loaded
-/// row): its choice scores c, its kept groups (returned) and P, the top-k keys of c inside the
-/// kept groups in choice order, which is router_choice's result exactly (plain_topk with the
+/// A model router's choice for a loaded row x (the host's; warp_router_topk is the device's):
+/// its choice scores c, its kept groups (returned) and P, the top-k keys of c inside the kept
+/// groups in choice order, which is router_choice's result exactly (plain_topk with the
 /// other groups masked below every key). The choice scores are one loop without branches.
 template <class Isa>
 LYNX_HOST_INLINE std::uint32_t router_choice_row(Isa isa, const float* x, int n, int k, const model_router& r, float* c,

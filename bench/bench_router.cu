@@ -1,7 +1,9 @@
 // topk_route with each model's own router (lynx::model_routings: DeepSeek-V3/R1, Kimi-K2,
 // GLM-4.5, MiniMax-M2, DeepSeek-V2, ...), on the device (bf16 logits; CUDA-graph replay and CUDA
 // events as device_timing.hpp says) for T in {1, 4, 16, 64, 256}, beside plain top-k at the same
-// (N, k). The bias is a fixed pseudo-random vector (N(0, 0.5)), as a trained one is dense.
+// (N, k); and route with Lynx's default for the model (default_params(model): budget 0.94 on the
+// model's choice, the group limit kept) beside the same default on a plain router. The bias is
+// a fixed pseudo-random vector (N(0, 0.5)), as a trained one is dense.
 #include <benchmark/benchmark.h>
 
 #include <cuda_bf16.h>
@@ -19,7 +21,7 @@ namespace {
 
 using lynx_bench::device_buffer;
 
-void run(benchmark::State& state, lynx::model_routing m, bool own_router) {
+void run(benchmark::State& state, lynx::model_routing m, bool own_router, bool lynx_step) {
   if (!lynx_bench::has_device()) {
     state.SkipWithError("no CUDA device");
     return;
@@ -35,28 +37,32 @@ void run(benchmark::State& state, lynx::model_routing m, bool own_router) {
       weights(static_cast<std::size_t>(rows) * k * 4), d_bias(static_cast<std::size_t>(n) * 4);
   cudaMemcpy(logits.p, host.data(), host.size() * 2, cudaMemcpyHostToDevice);
   cudaMemcpy(d_bias.p, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice);
-  lynx::route_params p = lynx::model_params(m, d_bias.as<float>());
+  lynx::route_params p = lynx_step ? lynx::default_params(m, d_bias.as<float>()) : lynx::model_params(m, d_bias.as<float>());
   if (!own_router) p.router = lynx::model_router{};
   const lynx::batch_ref<__nv_bfloat16, int> batch{logits.as<__nv_bfloat16>(), n, rows, rows, ids.as<int>(),
                                                   weights.as<float>()};
+  const auto call = [&](void* ws, std::size_t& bytes, cudaStream_t s) {
+    return lynx_step ? lynx::route(ws, bytes, batch, p, s) : lynx::topk_route(ws, bytes, batch, p, s);
+  };
   std::size_t ws_bytes = 0;
-  lynx::topk_route(nullptr, ws_bytes, batch, p);
+  call(nullptr, ws_bytes, 0);
   device_buffer ws(ws_bytes);
   lynx_bench::time_graph(state, [&](cudaStream_t s) {
     std::size_t bytes = ws_bytes;
-    return lynx::topk_route(ws.p, bytes, batch, p, s);
+    return call(ws.p, bytes, s);
   });
 }
 
 const int registered = [] {
-  for (const auto& m : lynx::model_routings)
-    for (const bool own : {true, false}) {
-      const std::string label =
-          std::string("router/") + (own ? "topk_route_model/" : "topk_route_plain/") + std::string(m.name) + "/bf16";
-      auto* b = benchmark::RegisterBenchmark(label.c_str(), run, m, own);
-      for (int t : lynx_bench::batch_sizes) b->Arg(t);
-      b->UseManualTime()->Unit(benchmark::kMicrosecond);
-    }
+  for (const bool lynx_step : {false, true})
+    for (const auto& m : lynx::model_routings)
+      for (const bool own : {true, false}) {
+        const std::string label = std::string("router/") + (lynx_step ? "route_default" : "topk_route") +
+                                  (own ? "_model/" : "_plain/") + std::string(m.name) + "/bf16";
+        auto* b = benchmark::RegisterBenchmark(label.c_str(), run, m, own, lynx_step);
+        for (int t : lynx_bench::batch_sizes) b->Arg(t);
+        b->UseManualTime()->Unit(benchmark::kMicrosecond);
+      }
   return 0;
 }();
 

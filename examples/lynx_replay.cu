@@ -175,7 +175,6 @@ int main(int argc, char** argv) {
       backend = std::string("device (") + prop.name + ")";
     }
     router r(use_device, max_batch_rows(tr, o.batch_size), p);
-    if (use_device && !r.on_device()) backend = "host (the device policies do not take a model router yet)";
 
     std::printf("trace: %s  (%d layers x %d tokens, N=%d, k=%d)\n", tr.name.c_str(), tr.layers, tr.tokens, n, k);
     std::printf("policy: %s: %s\n", policy.c_str(), describe(p).c_str());

@@ -30,8 +30,8 @@ inline bool device_available() {
 /// Routes batches with lynx::route or lynx::topk_route, on the device or on the host path.
 class router {
  public:
-  /// A model router (docs/ROUTERS.md) routes on the host: the device policies do not take one yet.
-  router(bool use_device, int max_rows, const lynx::route_params& p) : device_(use_device && p.router.plain()), p_(p) {
+  /// With a model router's bias (docs/ROUTERS.md), each call copies its layer's bias to the device.
+  router(bool use_device, int max_rows, const lynx::route_params& p) : device_(use_device), p_(p) {
     if (!device_) return;
     const std::size_t n = static_cast<std::size_t>(max_rows) * p.num_experts, nk = static_cast<std::size_t>(max_rows) * p.top_k;
     std::size_t a = 0, b = 0;
@@ -42,6 +42,7 @@ class router {
     LYNX_CUDA_OK(cudaMalloc(&logits_, n * sizeof(float)));
     LYNX_CUDA_OK(cudaMalloc(&ids_, nk * sizeof(int)));
     LYNX_CUDA_OK(cudaMalloc(&weights_, nk * sizeof(float)));
+    if (p.router.bias) LYNX_CUDA_OK(cudaMalloc(&bias_, p.num_experts * sizeof(float)));
   }
   ~router() {
     if (!device_) return;
@@ -49,6 +50,7 @@ class router {
     cudaFree(logits_);
     cudaFree(ids_);
     cudaFree(weights_);
+    cudaFree(bias_);
   }
   router(const router&) = delete;
   router& operator=(const router&) = delete;
@@ -66,11 +68,16 @@ class router {
     }
     const std::size_t nk = static_cast<std::size_t>(rows) * p_.top_k;
     LYNX_CUDA_OK(cudaMemcpy(logits_, logits, static_cast<std::size_t>(rows) * n * sizeof(float), cudaMemcpyHostToDevice));
+    lynx::route_params q = layer_p;
+    if (q.router.bias) {
+      LYNX_CUDA_OK(cudaMemcpy(bias_, q.router.bias, n * sizeof(float), cudaMemcpyHostToDevice));
+      q.router.bias = bias_;
+    }
     std::size_t bytes = ws_bytes_;
     if (lynx_step)
-      LYNX_CUDA_OK(lynx::route(ws_, bytes, logits_, n, rows, rows, p_, ids_, weights_));
+      LYNX_CUDA_OK(lynx::route(ws_, bytes, logits_, n, rows, rows, q, ids_, weights_));
     else
-      LYNX_CUDA_OK(lynx::topk_route(ws_, bytes, logits_, n, rows, rows, p_, ids_, weights_));
+      LYNX_CUDA_OK(lynx::topk_route(ws_, bytes, logits_, n, rows, rows, q, ids_, weights_));
     LYNX_CUDA_OK(cudaMemcpy(ids, ids_, nk * sizeof(int), cudaMemcpyDeviceToHost));
     LYNX_CUDA_OK(cudaMemcpy(weights, weights_, nk * sizeof(float), cudaMemcpyDeviceToHost));
   }
@@ -83,6 +90,7 @@ class router {
   float* logits_ = nullptr;
   int* ids_ = nullptr;
   float* weights_ = nullptr;
+  float* bias_ = nullptr;
 };
 
 /// p for one layer of a trace: its correction bias where p has one.

@@ -66,7 +66,7 @@ status remap_topk(const batch_ref<T, IdT>& batch, const std::int8_t* bins, const
                               needs_scores ? static_cast<const void*>(ranks) : batch.logits});
       s != status::success)
     return s;
-  if (const status s = check_host_remap_router(p); s != status::success) return s;
+  if (const status s = check_staged_router(p); s != status::success) return s;
   const int num_valid = valid_rows(batch.valid, batch.num_rows);
   if (num_valid == 0) return status::success;
   if (!p.router.plain()) {

@@ -36,9 +36,9 @@ enum class policy : int {
 ///   (ties: the lower id);
 /// - weights from the unbiased scores of the chosen experts as SPEC §3.3 step 4 computes them
 ///   (renormalize or not), times `scaling`, in one more fp32 rounding.
-/// topk_route takes such a router on host and device; the Lynx policies take one on the host
-/// (host::route, and host::remap_topk for the policies that read no bins), as docs/ROUTERS.md
-/// defines; the device launchers of the policies refuse one (status::unsupported_router).
+/// topk_route and route take such a router on host and device with every policy, as
+/// docs/ROUTERS.md defines, and remap_topk with the policies that read no bins (its lynx policy
+/// reads affinity_bin's bins of the logits: status::unsupported_router).
 struct model_router {
   const float* bias = nullptr;  ///< [N] e_score_correction_bias, fp32 (device memory for the launchers)
   int num_groups = 1;           ///< n_group, 1 .. 32, dividing N
@@ -121,8 +121,8 @@ inline const char* status_string(status s) {
              "least top_k experts, groups of at least 2 experts with a bias, a bias only with sigmoid "
              "scoring, scaling finite and > 0";
     case status::unsupported_router:
-      return "the device Lynx policies (route, remap_topk), and the host's lynx policy from staged bins "
-             "(remap_topk), do not take a grouped, biased or scaled router yet; topk_route and host::route do";
+      return "remap_topk's lynx policy reads affinity_bin's bins, which are of the logits: it does not take a "
+             "grouped, biased or scaled router (route does, and remap_topk's other policies)";
     case status::invalid_policy:
       return "policy settings: piggyback needs keep_k in [1, top_k]; budget needs exactly one of "
              "budget_experts in [top_k, num_experts], budget_fraction or budget_mass in (0, 1]";
@@ -167,14 +167,10 @@ inline status check(const route_params& p) {
   return status::success;
 }
 
-/// The device Lynx policies (route, remap_topk) on a router beyond plain top-k: not yet.
-inline status check_router_supported(const route_params& p) {
-  return p.router.plain() ? status::success : status::unsupported_router;
-}
-
-/// The host's remap_topk from staged bins: affinity_bin's bins are of the logits, not of a
-/// model router's choice scores, so the lynx policy cannot take such a router there.
-inline status check_host_remap_router(const route_params& p) {
+/// remap_topk from staged bins (host and device): affinity_bin's bins are of the logits, not of
+/// a model router's choice scores, so the lynx policy cannot take such a router there (route
+/// can: it bins the choice scores itself).
+inline status check_staged_router(const route_params& p) {
   return p.router.plain() || p.kind != policy::lynx ? status::success : status::unsupported_router;
 }
 
@@ -297,8 +293,7 @@ inline std::optional<model_routing> find_model(std::string_view name) {
 
 /// topk_route's parameters for a model: its scoring, renormalize and router, with the layer's
 /// correction bias (required where m.biased; device memory for the launchers, host memory for
-/// the host path). host::route takes them with any policy; the device launchers of the
-/// policies do not yet (status::unsupported_router).
+/// the host path). route takes them with any policy, on host and device.
 inline route_params model_params(const model_routing& m, const float* bias = nullptr) {
   route_params p;
   p.num_experts = m.num_experts;

@@ -32,7 +32,17 @@ inline cudaError_t launch_remap(const remap_workspace& ws, const any_batch& batc
     else if (p.anchor_top1)
       merge_anchors_kernel<><<<1, 32, 0, stream>>>(ws);
     final_kernel<MaxN, K><<<blocks, warp_block_threads, 0, stream>>>(batch, p, ws);
-    finish_kernel<K><<<blocks, warp_block_threads, 0, stream>>>(batch, p, ws);
+    finish_kernel<MaxN, K><<<blocks, warp_block_threads, 0, stream>>>(batch, p, ws);
+    return cudaGetLastError();
+  });
+}
+
+// The lynx policy's bins for a model router (router_bin_kernel), for route's per-stage path.
+inline cudaError_t launch_router_bins(const any_batch& batch, const route_params& p, std::int8_t* bins,
+                                      cudaStream_t stream) {
+  return dispatch_tier(choose_tier(p.num_experts, p.top_k), [&](auto max_n, auto) {
+    router_bin_kernel<decltype(max_n)::value>
+        <<<warp_row_blocks(batch.num_rows), warp_block_threads, 0, stream>>>(batch, p, bins);
     return cudaGetLastError();
   });
 }
@@ -50,7 +60,7 @@ cudaError_t remap_topk(void* workspace, std::size_t& workspace_bytes, const batc
                        cudaStream_t stream = 0) {
   if (const status s = check(p, batch.num_rows, batch.row_stride, batch.valid); s != status::success)
     return detail::to_cuda_error(s);
-  if (check_router_supported(p) != status::success) return cudaErrorInvalidValue;
+  if (check_staged_router(p) != status::success) return cudaErrorInvalidValue;
   detail::workspace_carver carver(workspace);
   const detail::remap_workspace ws(carver, batch.num_rows, p.num_experts, p.top_k, p.kind == policy::budget);
   if (!workspace) {

@@ -35,7 +35,6 @@ cudaError_t route(void* workspace, std::size_t& workspace_bytes, const batch_ref
   if (const status s = check(p, batch.num_rows, batch.row_stride, batch.valid); s != status::success)
     return detail::to_cuda_error(s);
   if (!layout_fits(layout, batch.num_rows, p.top_k, p.num_experts)) return cudaErrorInvalidValue;
-  if (check_router_supported(p) != status::success) return cudaErrorInvalidValue;
   detail::workspace_carver carver(workspace);
   const bool lynx_policy = p.kind == policy::lynx;
   const detail::route_workspace ws(carver, batch.num_rows, p.num_experts, p.top_k, lynx_policy,
@@ -54,17 +53,26 @@ cudaError_t route(void* workspace, std::size_t& workspace_bytes, const batch_ref
   const int tier = detail::choose_tier(p.num_experts, p.top_k);
   if (detail::choose_route_path(batch.num_rows, p.num_experts, p.top_k) == detail::route_path::fused) {
     // Decode sizes: the whole step in one launch (one block; no host sync, no allocation).
+    const bool router = !p.router.plain();
     return detail::dispatch_tier<detail::fused_max_experts>(tier, [&](auto max_n, auto max_k) {
       constexpr int MaxN = decltype(max_n)::value, K = decltype(max_k)::value;
-      detail::fused_route_kernel<MaxN, K>
-          <<<1, detail::fused_threads(MaxN), 0, stream>>>(any, p, ws.remap, layout);
-      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess || detail::fused_layout(MaxN) || !layout.wanted())
+      if (router)
+        detail::fused_route_kernel<MaxN, K, true>
+            <<<1, detail::fused_threads(MaxN, true), 0, stream>>>(any, p, ws.remap, layout);
+      else
+        detail::fused_route_kernel<MaxN, K, false>
+            <<<1, detail::fused_threads(MaxN), 0, stream>>>(any, p, ws.remap, layout);
+      if (const cudaError_t e = cudaGetLastError();
+          e != cudaSuccess || detail::fused_layout(MaxN, router) || !layout.wanted())
         return e;
       return detail::launch_sorted_layout(any, true, p.top_k, p.num_experts, layout, stream);
     });
   }
   if (lynx_policy) {  // the other policies need no bins or scores
-    if (cudaError_t e = affinity_bin(batch.logits, batch.row_stride, batch.num_rows, batch.valid, p, ws.bins, stream);
+    // A model router's bins are of its choice scores (docs/ROUTERS.md), not affinity_bin's.
+    if (cudaError_t e = p.router.plain()
+                            ? affinity_bin(batch.logits, batch.row_stride, batch.num_rows, batch.valid, p, ws.bins, stream)
+                            : detail::launch_router_bins(any, p, ws.bins, stream);
         e != cudaSuccess)
       return e;
     if (cudaError_t e = score_experts(ws.bins, batch.num_rows, p, ws.counts, ws.ranks, stream); e != cudaSuccess)

@@ -1,13 +1,16 @@
-// lynx::topk_route with the models' own routers (model_router: biased groups, groups, bias
-// alone, scaling) on the device against the host path, ids and weights bitwise, at the shapes
-// of DeepSeek-V3, Kimi-K2, GLM-4.5, DeepSeek-V2 and a small grouped one, for float and bf16
-// logits, int32 and int64 ids, one block and many. Skips without a CUDA device.
+// lynx::topk_route, and the Lynx policies (route, remap_topk), with the models' own routers
+// (model_router: biased groups, groups, bias alone, scaling; docs/ROUTERS.md) on the device
+// against the host path, ids and weights bitwise, at the shapes of DeepSeek-V3, Kimi-K2,
+// GLM-4.5, DeepSeek-V2 and a small grouped one, for float and bf16 logits, int32 and int64 ids,
+// one block and many, the fused path and the per-stage one. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <thrust/device_vector.h>
 
+#include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <lynx/lynx.cuh>
@@ -87,6 +90,151 @@ TEST(DeviceRouter, TopkRouteMatchesHostBf16Int64) {
   SKIP_WITHOUT_DEVICE();
   ASSERT_NO_FATAL_FAILURE((check_case<__nv_bfloat16, std::int64_t>(cases[0], 300, 7)));  // 38 blocks
   ASSERT_NO_FATAL_FAILURE((check_case<__nv_bfloat16, std::int64_t>(cases[3], 33, 8)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The policies on a router: route (fused below 513 rows, per stage above) and remap_topk.
+
+struct batch_case {
+  int rows, valid;
+  bool pinned, adversarial;
+};
+
+template <class T>
+std::vector<T> as(const std::vector<float>& v) {
+  std::vector<T> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = static_cast<T>(v[i]);
+  return out;
+}
+
+/// The policies' parameters on a router case: lynx (the model default's bins), piggyback, budget.
+lynx::route_params policy_params(const router_case& c, lynx::policy kind, bool relaxed) {
+  auto p = lynx_test::params(c.n, c.k, c.bias ? 20.0f : 1.5f, 2, c.score, c.renormalize);
+  p.router.num_groups = c.groups, p.router.top_groups = c.top_groups, p.router.scaling = c.scaling;
+  p.router.relaxed_groups = relaxed;
+  p.kind = kind;
+  p.anchor_top1 = kind != lynx::policy::piggyback;
+  p.keep_k = 2;
+  if (kind == lynx::policy::budget) p.budget_mass = 0.9f;
+  return p;
+}
+
+template <class T, class IdT>
+void check_policy(const router_case& c, const lynx::route_params& p0, const batch_case& b, std::uint32_t seed,
+                  bool staged) {
+  std::mt19937 rng(seed);
+  std::vector<float> bias;
+  if (c.bias) {
+    std::normal_distribution<float> d(0.0f, 0.3f);
+    for (int e = 0; e < c.n; ++e) bias.push_back(d(rng));
+    if (b.adversarial) bias[3] = NAN, bias[c.n - 1] = -INFINITY, bias[c.n / 2] = 4.0f;
+  }
+  // Rows that share a bias of taste (so the policies have experts to share), quantized on odd seeds.
+  auto Lf = lynx_test::random_logits(b.rows, c.n, seed, 1.5f, seed % 2 ? 0.25f : 0.0f);
+  std::vector<float> taste(c.n);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (float& x : taste) x = d(rng);
+  for (int t = 0; t < b.rows; ++t)
+    for (int e = 0; e < c.n; ++e) Lf[static_cast<std::size_t>(t) * c.n + e] += taste[e];
+  if (b.adversarial && b.rows >= 4) {
+    for (int e = 0; e < c.n; ++e) Lf[e] = NAN;                      // row 0 does not vote
+    for (int e = 0; e < c.n; ++e) Lf[c.n + e] = -INFINITY;          // nor row 1
+    Lf[2 * c.n + 5] = INFINITY, Lf[2 * c.n + 6] = NAN;              // row 2: +inf is FLT_MAX, NaN -inf
+    for (int e = 0; e < c.n; e += 2) Lf[3 * static_cast<std::size_t>(c.n) + e] = -INFINITY;
+  }
+  const auto L = as<T>(Lf);
+  std::vector<std::uint8_t> pinned(b.rows, 0);
+  if (b.pinned)
+    for (int t = 0; t < b.rows; t += 5) pinned[t] = 1;
+  const std::size_t slots = static_cast<std::size_t>(b.rows) * c.k;
+  std::vector<IdT> want(slots, IdT(-7));
+  std::vector<float> want_w(slots, -7.0f);
+  auto p = p0;
+  p.router.bias = bias.empty() ? nullptr : bias.data();
+  lynx::batch_ref<T, IdT> hb{L.data(), c.n, b.rows, b.valid, want.data(), want_w.data()};
+  if (b.pinned) hb.pinned = pinned.data();
+  ASSERT_EQ(lynx::host::route(hb, p), lynx::status::success);
+
+  auto d_bias = to_device(bias);
+  p.router.bias = bias.empty() ? nullptr : thrust::raw_pointer_cast(d_bias.data());
+  auto d_L = to_device(L);
+  auto d_pinned = to_device(pinned);
+  thrust::device_vector<IdT> d_ids(slots, IdT(-5));
+  thrust::device_vector<float> d_w(slots, -5.0f);
+  lynx::batch_ref<T, IdT> db{thrust::raw_pointer_cast(d_L.data()), c.n, b.rows, b.valid,
+                             thrust::raw_pointer_cast(d_ids.data()), thrust::raw_pointer_cast(d_w.data())};
+  if (b.pinned) db.pinned = thrust::raw_pointer_cast(d_pinned.data());
+  std::size_t bytes = 0;
+  const auto call = [&](void* ws) {
+    return staged ? lynx::remap_topk(ws, bytes, db, nullptr, nullptr, p) : lynx::route(ws, bytes, db, p);
+  };
+  ASSERT_EQ(call(nullptr), cudaSuccess);
+  thrust::device_vector<char> ws(bytes);
+  ASSERT_EQ(call(thrust::raw_pointer_cast(ws.data())), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto what = [&] {
+    return std::string(c.name) + " policy " + std::to_string(int(p.kind)) + (p.router.relaxed_groups ? " relaxed" : " kept") +
+           " rows " + std::to_string(b.rows) + " valid " + std::to_string(b.valid) + (b.pinned ? " pinned" : "") +
+           (b.adversarial ? " adversarial" : "") + (staged ? " remap_topk" : " route");
+  };
+  EXPECT_EQ(to_host(d_ids), want) << what();
+  EXPECT_EQ(to_host(d_w), want_w) << what() << ": weights bitwise";
+}
+
+const lynx::policy all_policies[] = {lynx::policy::lynx, lynx::policy::piggyback, lynx::policy::budget};
+
+TEST(DeviceRouter, RouteMatchesHostOnTheFusedPath) {
+  SKIP_WITHOUT_DEVICE();
+  std::uint32_t seed = 100;
+  for (const auto& c : cases)
+    for (const lynx::policy kind : all_policies)
+      for (const bool relaxed : {false, true})
+        for (const batch_case b : {batch_case{1, 1, false, false}, batch_case{16, 16, false, false},
+                                   batch_case{40, 37, true, true}})
+          ASSERT_NO_FATAL_FAILURE(
+              (check_policy<float, std::int32_t>(c, policy_params(c, kind, relaxed), b, seed++, false)));
+}
+
+TEST(DeviceRouter, RouteMatchesHostOnTheFusedPathAtManyRowsBf16Int64) {
+  SKIP_WITHOUT_DEVICE();  // more rows than warps: each phase loads its rows again
+  std::uint32_t seed = 300;
+  for (const router_case& c : {cases[0], cases[3]})
+    for (const lynx::policy kind : all_policies)
+      ASSERT_NO_FATAL_FAILURE((check_policy<__nv_bfloat16, std::int64_t>(
+          c, policy_params(c, kind, kind == lynx::policy::budget), batch_case{100, 96, true, true}, seed++, false)));
+}
+
+TEST(DeviceRouter, RouteMatchesHostOnThePerStagePath) {
+  SKIP_WITHOUT_DEVICE();  // above 512 rows: one kernel per stage, the router's bins kernel for lynx
+  std::uint32_t seed = 400;
+  for (const router_case& c : {cases[0], cases[4]})
+    for (const lynx::policy kind : all_policies)
+      for (const bool relaxed : {false, true})
+        ASSERT_NO_FATAL_FAILURE((check_policy<float, std::int32_t>(c, policy_params(c, kind, relaxed),
+                                                                   batch_case{600, 590, true, true}, seed++, false)));
+}
+
+TEST(DeviceRouter, RemapTopkMatchesHostForThePoliciesWithoutBins) {
+  SKIP_WITHOUT_DEVICE();
+  std::uint32_t seed = 500;
+  for (const router_case& c : {cases[0], cases[2], cases[3]})
+    for (const lynx::policy kind : {lynx::policy::piggyback, lynx::policy::budget})
+      for (const batch_case b : {batch_case{16, 16, false, false}, batch_case{70, 66, true, true}})
+        ASSERT_NO_FATAL_FAILURE(
+            (check_policy<float, std::int32_t>(c, policy_params(c, kind, seed % 2 == 0), b, seed++, true)));
+}
+
+TEST(DeviceRouter, TheModelDefaultMatchesHost) {
+  SKIP_WITHOUT_DEVICE();  // default_params(model): budget 0.94, anchored, the limit kept
+  std::uint32_t seed = 600;
+  for (const auto& c : cases) {
+    lynx::model_routing m{c.name, c.n, c.k, c.score, c.renormalize, c.bias, c.groups, c.top_groups, c.scaling};
+    auto p = lynx::default_params(m, nullptr);
+    p.router.bias = nullptr;  // check_policy sets it
+    for (const int rows : {4, 64})
+      ASSERT_NO_FATAL_FAILURE(
+          (check_policy<float, std::int32_t>(c, p, batch_case{rows, rows, false, false}, seed++, false)));
+  }
 }
 
 }  // namespace

@@ -339,16 +339,42 @@ TEST(Launchers, SortedLayoutIsCheckedBeforeAnyLaunch) {
   EXPECT_EQ(word, 0) << "nothing was written";
 }
 
-TEST(Launchers, ThePoliciesRefuseAModelRouterAndTopkRouteTakesIt) {
+TEST(Launchers, EveryLauncherTakesAModelRouterButStagedLynxBins) {
   auto p = params(64, 4);
   p.router.num_groups = 8, p.router.top_groups = 2, p.router.scaling = 2.5f;
+  const auto plain = params(64, 4);
+  // route and topk_route take the router with every policy; their workspace is the plain one's.
+  for (const lynx::policy kind : {lynx::policy::lynx, lynx::policy::piggyback, lynx::policy::budget}) {
+    auto q = p, r = plain;
+    q.kind = r.kind = kind;
+    q.keep_k = r.keep_k = 2;
+    q.budget_mass = r.budget_mass = kind == lynx::policy::budget ? 0.9f : 0.0f;
+    q.router.relaxed_groups = kind == lynx::policy::piggyback;
+    for (const int rows : {1, 64, 700}) {  // the fused path and the per-stage path
+      std::size_t bytes = 0, plain_bytes = 0;
+      EXPECT_EQ((lynx::route<float, int>(nullptr, bytes, nullptr, 64, rows, rows, q, nullptr, nullptr)), cudaSuccess)
+          << int(kind) << " rows " << rows;
+      EXPECT_EQ((lynx::route<float, int>(nullptr, plain_bytes, nullptr, 64, rows, rows, r, nullptr, nullptr)),
+                cudaSuccess);
+      EXPECT_EQ(bytes, plain_bytes) << int(kind) << " rows " << rows;
+      EXPECT_GT(bytes, 0u);
+    }
+    // remap_topk's lynx policy reads affinity_bin's bins (of the logits): it refuses a router.
+    std::size_t bytes = 0;
+    EXPECT_EQ((lynx::remap_topk<float, int>(nullptr, bytes, nullptr, 64, 4, 4, nullptr, nullptr, q, nullptr, nullptr)),
+              kind == lynx::policy::lynx ? cudaErrorInvalidValue : cudaSuccess)
+        << int(kind);
+  }
   std::size_t bytes = 0;
-  EXPECT_EQ((lynx::route<float, int>(nullptr, bytes, nullptr, 64, 4, 4, p, nullptr, nullptr)), cudaErrorInvalidValue);
-  EXPECT_EQ((lynx::remap_topk<float, int>(nullptr, bytes, nullptr, 64, 4, 4, nullptr, nullptr, p, nullptr, nullptr)),
-            cudaErrorInvalidValue);
   EXPECT_EQ((lynx::topk_route<float, int>(nullptr, bytes, nullptr, 64, 4, 4, p, nullptr, nullptr)), cudaSuccess);
+  // A bad router: every launcher refuses it.
   p.router.num_groups = 6;  // does not divide 64
   EXPECT_EQ((lynx::topk_route<float, int>(nullptr, bytes, nullptr, 64, 4, 4, p, nullptr, nullptr)), cudaErrorInvalidValue);
+  EXPECT_EQ((lynx::route<float, int>(nullptr, bytes, nullptr, 64, 4, 4, p, nullptr, nullptr)), cudaErrorInvalidValue);
+  p.router.num_groups = 8, p.router.top_groups = 1;  // one group of 8 holds at least k = 4
+  EXPECT_EQ((lynx::route<float, int>(nullptr, bytes, nullptr, 64, 4, 4, p, nullptr, nullptr)), cudaSuccess);
+  p.router.num_groups = 32;  // groups of 2: one group cannot hold k = 4
+  EXPECT_EQ((lynx::route<float, int>(nullptr, bytes, nullptr, 64, 4, 4, p, nullptr, nullptr)), cudaErrorInvalidValue);
 }
 
 TEST(Launchers, SortedLayoutCallsLaunchEvenWithoutTokens) {
@@ -456,6 +482,11 @@ TEST(Launchers, RoutePathChoice) {
   EXPECT_EQ(d::fused_threads(128), 1024);
   EXPECT_EQ(d::fused_threads(256), 512);
   EXPECT_EQ(d::fused_threads(512), 512);
+  EXPECT_EQ(d::fused_threads(128, true), 512);  // a model router's calls: its row beside the logits
+  EXPECT_EQ(d::fused_threads(256, true), 512);
+  EXPECT_EQ(d::fused_threads(512, true), 256);
+  EXPECT_FALSE(d::fused_layout(128, false));
+  EXPECT_TRUE(d::fused_layout(128, true));
   EXPECT_EQ(d::warp_row_blocks(1), 1);
   EXPECT_EQ(d::warp_row_blocks(8), 1);
   EXPECT_EQ(d::warp_row_blocks(9), 2);

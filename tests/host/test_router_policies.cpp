@@ -401,13 +401,12 @@ TEST(RouterPolicies, Bf16LogitsAndInt64IdsGiveTheSameRouting) {
   }
 }
 
-TEST(RouterPolicies, TheDeviceLaunchersAndTheStagedLynxPolicyRefuseRouters) {
+TEST(RouterPolicies, TheStagedLynxPolicyRefusesRouters) {
   const auto m = *lynx::find_model("deepseek-v2");
   auto p = lynx::model_params(m);
-  EXPECT_EQ(lynx::check_router_supported(p), lynx::status::unsupported_router);
-  EXPECT_EQ(lynx::check_host_remap_router(p), lynx::status::unsupported_router);
+  EXPECT_EQ(lynx::check_staged_router(p), lynx::status::unsupported_router);
   p.kind = policy::budget, p.budget_mass = 0.9f;
-  EXPECT_EQ(lynx::check_host_remap_router(p), lynx::status::success);
+  EXPECT_EQ(lynx::check_staged_router(p), lynx::status::success);
   // And the calls: host remap_topk with staged bins refuses the lynx policy, takes budget.
   const int n = m.num_experts, k = m.top_k;
   const auto L = lynx_test::random_logits(3, n, 5);

@@ -60,6 +60,8 @@ class block_budget {
 
   /// Block-collective. Rows t < num_rows with votes[t] take part; load_row(row, t) loads row t
   /// into a warp_row<MaxN> (warp-collective), and its plain top-k keys are plain[t * k + r].
+  /// With a model router (docs/ROUTERS.md) the row is the router's (warp/router.cuh: choice
+  /// keys on the kept groups, max = the first choice's score) and plain its choice P.
   /// Reads the plain and anchor bit sets; grows `active` (on entry: K0's pinned experts) to the
   /// budget's K. Synchronizes before it returns.
   template <class RowLoader>
@@ -104,6 +106,7 @@ class block_budget {
                                          const std::uint32_t* anchors, std::uint32_t* active, float* share,
                                          float* top_all, float* kth, bool many_steps) {
     const int n = p.num_experts, k = p.top_k, lane = detail::lane_id(), warp = threadIdx.x / 32;
+    const bool biased = p.router.bias != nullptr;
     int size = temp_.size;
     // Shares and K0's insertion, a warp per voting token: K0's best shares are those of the
     // token's best logits inside K0 (exp_f32 and scaled_sigmoid are monotone), as on the host.
@@ -116,25 +119,32 @@ class block_budget {
       }
       warp_row<MaxN> row;
       load_row(row, t);
+      // A share from a key of the row (0: outside a router's kept groups, so -inf), over the
+      // row's plain sum (a router's: over P; a plain row's sum is at least 1).
+      const auto value = [&](std::uint64_t key) {
+        return detail::share_value(key ? key_logit(key) : -INFINITY, row.max, p.score, biased);
+      };
       const std::uint64_t pk = lane < k ? plain[static_cast<std::size_t>(t) * k + lane] : 0;
-      const float act_p = lane < k ? detail::activation(key_logit(pk), row.max, p.score) : 0.0f;
+      const float act_p = lane < k ? value(pk) : 0.0f;
       float sum = 0.0f;  // plain_activation_sum, in plain key order
 #pragma unroll
       for (int r = 0; r < K; ++r) {
         const float v = __shfl_sync(detail::full_mask, act_p, r);
         if (r < k) sum += v;
       }
+      const auto share_of = [&](std::uint64_t key) { return detail::select_f32(sum > 0.0f, value(key) / sum, 0.0f); };
       float* st = share + static_cast<std::size_t>(t) * n;
 #pragma unroll
       for (int i = 0; i < MaxN / 32; ++i) {
         const int e = warp_row<MaxN>::expert(i);
-        if (e < n) st[e] = detail::activation(key_logit(row.key[i]), row.max, p.score) / sum;
+        if (e < n) st[e] = share_of(row.key[i]);
       }
-      const int take = size < k ? size : k;
-      const std::uint64_t best = warp_topk_in<K>(row, active, pk, k);  // K0's members lead
+      // K0's members lead; only they insert their shares (with a router's row, a member outside
+      // the kept groups has no key there and a share of 0).
+      const std::uint64_t best = warp_topk_in<K>(row, active, pk, k);
       float top = 0.0f;
-      if (lane < take) {
-        const float sh = detail::activation(key_logit(best), row.max, p.score) / sum;
+      if (lane < k && best && detail::test_bit(active, detail::key_expert(best))) {
+        const float sh = share_of(best);
         top = sh > 0.0f ? sh : 0.0f;  // share_insert never takes 0 or NaN
       }
       if (lane < k) top_all[static_cast<std::size_t>(t) * k + lane] = top;

@@ -15,6 +15,7 @@
 #include "../params.hpp"
 #include "../warp/affinity_bin.cuh"
 #include "../warp/remap_topk.cuh"
+#include "../warp/router.cuh"
 #include "../warp/row.cuh"
 #include "../warp/topk.cuh"
 #include "active_set.cuh"
@@ -79,6 +80,17 @@ class block_route {
   /// writing every row's ids and weights. batch.num_rows <= MaxRows, N <= MaxN, k <= K.
   template <class Batch>
   __device__ void run(const Batch& batch, const route_params& p, route_scratch scratch) {
+    if (p.router.plain())
+      run_plain(batch, p, scratch);
+    else
+      run_router(batch, p, scratch);
+  }
+
+  /// run, for a caller that knows its router is plain (p.router.plain()) or is not: one of the
+  /// two bodies in its kernel, so the registers of the other do not count (the library's fused
+  /// kernel is instantiated once for each).
+  template <class Batch>
+  __device__ void run_plain(const Batch& batch, const route_params& p, route_scratch scratch) {
     using detail::lane_id;
     constexpr int warps = BlockThreads / 32;
     const int n = p.num_experts, k = p.top_k, lane = lane_id(), warp = threadIdx.x / 32;
@@ -164,6 +176,126 @@ class block_route {
         const std::uint64_t plain =
             resident ? kept_plain : (lane < k ? scratch.plain[static_cast<std::size_t>(t) * k + lane] : 0);
         detail::batch_emit<K>(batch, t, plain, k, p, temp_.mass[t]);
+      }
+    }
+  }
+
+  /// run with a model router (docs/ROUTERS.md): the same phases on each row's router row
+  /// (warp/router.cuh), its choice P in place of the plain top-k (scratch.plain holds P's choice
+  /// keys), the weights from the logits, scaled.
+  template <class Batch>
+  __device__ void run_router(const Batch& batch, const route_params& p, route_scratch scratch) {
+    using detail::lane_id;
+    constexpr int warps = BlockThreads / 32;
+    const model_router& r = p.router;
+    const int n = p.num_experts, k = p.top_k, lane = lane_id(), warp = threadIdx.x / 32;
+    const int rows = batch.num_rows, depth = detail::bin_depth(p.beta);
+    const int b = batch.valid.rows(rows);
+    const bool lynx_policy = p.kind == policy::lynx;
+    sets_t sets(temp_.sets);
+    score_t score(temp_.policy.score, n, depth + 1);
+    sets.init();
+    if (lynx_policy) score.init();
+    __syncthreads();
+    // As run's: with at most a row per warp, the logits, P and the kept groups stay in
+    // registers; otherwise each phase loads the row again and selects its groups again.
+    const bool resident = MaxN <= 256 && rows <= warps;
+    warp_row<MaxN> kept;
+    std::uint64_t kept_plain = 0;
+    std::uint32_t kept_groups = 0;
+    const auto plain_of = [&](int t) {
+      return lane < k ? scratch.plain[static_cast<std::size_t>(t) * k + lane] : std::uint64_t{0};
+    };
+    // f(t, logits, router row, P) for every voting row.
+    const auto for_voting_rows = [&](auto&& f) {
+      for (int t = warp; t < rows; t += warps) {
+        if (!temp_.votes[t]) continue;
+        warp_row<MaxN> choice;
+        if (resident) {
+          warp_choice_keys(kept, n, r, kept_groups, choice);
+          choice.max = key_logit(topk_slot(kept_plain, 0));
+          f(t, kept, choice, kept_plain);
+        } else {
+          warp_row<MaxN> row;
+          detail::batch_load(batch, row, t, n, true);
+          warp_router_choice(row, n, r, choice);
+          const std::uint64_t plain = plain_of(t);
+          choice.max = key_logit(topk_slot(plain, 0));
+          f(t, row, choice, plain);
+        }
+      }
+    };
+    // Every row: its choice P, mass, P's experts, bins (lynx) or its share of K.
+    for (int t = warp; t < rows; t += warps) {
+      warp_row<MaxN> row;
+      detail::batch_load(batch, row, t, n, t < b);
+      if (lane == 0) temp_.votes[t] = row.votes();
+      if (!row.votes()) continue;
+      warp_row<MaxN> choice;
+      const std::uint32_t groups = warp_router_choice(row, n, r, choice);
+      const std::uint64_t plain = warp_router_plain<K>(choice, k);
+      if (lane < k) scratch.plain[static_cast<std::size_t>(t) * k + lane] = plain;
+      if (resident) kept = row, kept_plain = plain, kept_groups = groups;
+      mark_topk(sets.plain(), plain, k);
+      const float mass = warp_row_mass<K>(row, warp_by_logit<K>(row, plain, k), k, p.score, p.renormalize);
+      if (lane == 0) temp_.mass[t] = mass;
+      if (lynx_policy) {
+        std::int8_t q[MaxN / 32];
+        warp_router_bins(choice, n, p.alpha, depth, q);
+        score.add_row(q);
+      } else {
+        detail::select_row<K>(plain, detail::is_pinned(batch.pinned, t), p, sets.active(), sets.anchors(),
+                              [] { return std::uint64_t{0}; });
+      }
+    }
+    __syncthreads();
+    if (lynx_policy) {  // the ranks, then every row's z top-k inside its kept groups
+      score.ranks(b, temp_.rank);
+      for_voting_rows([&](int t, const warp_row<MaxN>&, const warp_row<MaxN>& choice, std::uint64_t plain) {
+        detail::select_row<K>(plain, detail::is_pinned(batch.pinned, t), p, sets.active(), sets.anchors(), [&] {
+          std::int8_t q[MaxN / 32];
+          warp_router_bins(choice, n, p.alpha, depth, q);
+          return warp_z_topk_set<K>(choice, q, temp_.rank, plain, k, p.alpha, depth);
+        });
+      });
+      __syncthreads();
+    }
+    if (p.kind == policy::budget) {
+      budget_t(temp_.policy.budget)
+          .run(
+              [&](warp_row<MaxN>& choice, int t) {
+                warp_row<MaxN> row;
+                detail::batch_load(batch, row, t, n, true);
+                warp_router_choice(row, n, r, choice);
+                choice.max = key_logit(scratch.plain[static_cast<std::size_t>(t) * k]);
+              },
+              rows, temp_.votes, scratch.plain, p, sets.plain(), sets.anchors(), sets.active(), scratch.budget);
+    } else if (p.anchor_top1) {
+      sets.merge_anchors();
+      __syncthreads();
+    }
+    // Every voting row's top-k inside K (and its groups, or relaxed) and its weights.
+    for_voting_rows([&](int t, const warp_row<MaxN>& row, const warp_row<MaxN>& choice, std::uint64_t plain) {
+      const std::uint64_t chosen =
+          warp_router_topk_in<K>(row, choice, r, sets.active(), plain, k, detail::is_pinned(batch.pinned, t));
+      mark_topk(sets.final_set(), chosen, k);
+      detail::batch_emit_scaled<K>(batch, t, warp_by_logit<K>(row, chosen, k), k, p, temp_.mass[t]);
+    });
+    __syncthreads();
+    const auto decision = sets.decide(n, k);
+    for (int t = warp; t < rows; t += warps) {
+      if (!temp_.votes[t]) {
+        detail::batch_emit_pad(batch, t, decision.pad_ids(), k, p);
+      } else if (decision.fallback()) {
+        std::uint64_t by_logit;
+        if (resident) {
+          by_logit = warp_by_logit<K>(kept, kept_plain, k);
+        } else {
+          warp_row<MaxN> row;
+          detail::batch_load(batch, row, t, n, true);
+          by_logit = warp_by_logit<K>(row, plain_of(t), k);
+        }
+        detail::batch_emit_scaled<K>(batch, t, by_logit, k, p, temp_.mass[t]);
       }
     }
   }

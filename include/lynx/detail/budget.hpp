@@ -20,6 +20,14 @@ LYNX_HD float activation(float l, float m, scoring s) {
   return s == scoring::sigmoid ? scaled_sigmoid(l, m) : exp_f32(l - m);
 }
 
+/// A voting row's preference for an expert in the budget's shares, from the score that ranks
+/// it (l: the logit, or a model router's choice score, -inf outside the row's kept groups) and
+/// the row's first (m): activation(l, m), or with a correction bias max(l, 0), the choice
+/// score's own mass (docs/ROUTERS.md §2). A share is this over its sum on the row's plain top-k.
+LYNX_HD float share_value(float l, float m, scoring s, bool biased) {
+  return biased ? select_f32(l > 0.0f, l, 0.0f) : activation(l, m, s);
+}
+
 /// A token's share of expert e: activation / the sum of activations over its plain top-k.
 template <class T>
 LYNX_HD float plain_activation_sum(const T* row, float m, const std::uint64_t* plain, int k,

@@ -106,6 +106,17 @@ __device__ __forceinline__ void batch_emit(const any_batch& b, int t, std::uint6
   b.emit<K>(t, chosen, k, p, mass);
 }
 
+/// batch_emit with a model router's routed scaling factor (detail::scaled_emit): what a
+/// router's rows write (the factor 1 leaves batch_emit's weights as they are).
+template <int K, class Batch>
+__device__ __forceinline__ void batch_emit_scaled(const Batch& b, int t, std::uint64_t chosen, int k,
+                                                  const route_params& p, float mass) {
+  const emit_scale e = scaled_emit(p, mass);
+  route_params q = p;
+  q.renormalize = e.renormalize;
+  batch_emit<K>(b, t, chosen, k, q, e.mass);
+}
+
 /// Warp-collective: row t as a row that does not vote (SPEC §5).
 template <class T, class IdT>
 __device__ __forceinline__ void batch_emit_pad(const batch_ref<T, IdT>& b, int t, const int* pad, int k,

@@ -18,8 +18,11 @@ inline constexpr int fused_max_rows = 512;      // the fused path's limits (deco
 inline constexpr int fused_max_experts = 512;
 
 /// Threads of the fused kernel's one block: 32 warps, or 16 above 128 experts, whose rows need
-/// more registers per lane (no spill within __launch_bounds__).
-LYNX_HD constexpr int fused_threads(int max_n) { return max_n <= 128 ? 1024 : 512; }
+/// more registers per lane (no spill within __launch_bounds__). A model router's rows carry the
+/// router's row beside the logits: 16 warps, or 8 above 256 experts.
+LYNX_HD constexpr int fused_threads(int max_n, bool router = false) {
+  return router ? (max_n <= 256 ? 512 : 256) : (max_n <= 128 ? 1024 : 512);
+}
 
 /// A compile-time tier: MaxN bounds N (lane j of a row's warp holds MaxN/32 keys), K bounds k
 /// (the top-k rounds unroll K times; the real k may be smaller).

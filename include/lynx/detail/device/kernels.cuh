@@ -49,22 +49,28 @@ __device__ __forceinline__ void any_batch_layout(typename Layout::TempStorage& t
 /// Whether the fused kernel of a tier writes the sorted layout itself. Not at 1024 threads
 /// (MaxN <= 128): in the 64 registers a thread has there, the layout step spills at sm_90, so
 /// lynx::route lays out in one more one-block launch at those tiers.
-LYNX_HD constexpr bool fused_layout(int max_n) { return fused_threads(max_n) < 1024; }
+LYNX_HD constexpr bool fused_layout(int max_n, bool router) { return fused_threads(max_n, router) < 1024; }
 
 /// With a layout asked for (and fused_layout), the block lays out the ids it has just written,
-/// in the shared memory the routing used.
-template <int MaxN, int K>
-__global__ void __launch_bounds__(fused_threads(MaxN), 1)
+/// in the shared memory the routing used. Router: instantiated for a model router's calls
+/// (block_route::run_router) or for plain ones (run_plain), each with the registers it needs.
+template <int MaxN, int K, bool Router>
+__global__ void __launch_bounds__(fused_threads(MaxN, Router), 1)
     fused_route_kernel(any_batch batch, route_params p, remap_workspace ws, sorted_layout_ref layout) {
-  using route_t = block_route<MaxN, K, fused_threads(MaxN)>;
-  using layout_t = block_sorted_layout<MaxN, fused_threads(MaxN)>;
+  constexpr int threads = fused_threads(MaxN, Router);
+  using route_t = block_route<MaxN, K, threads>;
+  using layout_t = block_sorted_layout<MaxN, threads>;
   union shared_t {
     typename route_t::TempStorage route;
     typename layout_t::TempStorage layout;
   };
   __shared__ shared_t temp;
-  route_t(temp.route).run(batch, p, route_scratch{ws.plain, budget_scratch{ws.share, ws.top, ws.kth}});
-  if constexpr (fused_layout(MaxN)) {
+  const route_scratch scratch{ws.plain, budget_scratch{ws.share, ws.top, ws.kth}};
+  if constexpr (Router)
+    route_t(temp.route).run_router(batch, p, scratch);
+  else
+    route_t(temp.route).run_plain(batch, p, scratch);
+  if constexpr (fused_layout(MaxN, Router)) {
     if (!layout.wanted()) return;
     __syncthreads();
     any_batch_layout<layout_t>(temp.layout, batch.ids, batch.ids64, batch.num_rows, p.top_k, p.num_experts, layout);
@@ -100,10 +106,7 @@ __global__ void __launch_bounds__(warp_block_threads, 1)
       const std::uint64_t plain =
           p.router.custom_choice() ? warp_router_topk<K>(row, n, k, p.router) : warp_topk<K>(row.key, k);
       mark_topk(ws.plain_set(), plain, k);
-      const emit_scale e = scaled_emit(p, warp_row_mass<K>(row, plain, k, p.score, p.renormalize));
-      route_params q = p;
-      q.renormalize = e.renormalize;
-      batch_emit<K>(batch, t, plain, k, q, e.mass);
+      batch_emit_scaled<K>(batch, t, plain, k, p, warp_row_mass<K>(row, plain, k, p.score, p.renormalize));
     }
   }
   __syncthreads();
@@ -181,6 +184,37 @@ __global__ void __launch_bounds__(warp_block_threads, 1)
   }
 }
 
+/// The lynx policy's bins for a model router (docs/ROUTERS.md): of each row's choice scores
+/// against its first choice, the deepest bin outside its kept groups (warp_router_bins), for
+/// lynx::route's per-stage path.
+template <int MaxN>
+__global__ void __launch_bounds__(warp_block_threads, 1)
+    router_bin_kernel(any_batch batch, route_params p, std::int8_t* bins) {
+  const int t = blockIdx.x * (warp_block_threads / 32) + static_cast<int>(threadIdx.x) / 32;
+  if (t >= batch.num_rows) return;
+  const int n = p.num_experts;
+  warp_row<MaxN> row;
+  batch_load(batch, row, t, n, t < batch.valid.rows(batch.num_rows));
+  std::int8_t q[MaxN / 32];
+  if (row.votes()) {
+    warp_row<MaxN> choice;
+    warp_router_choice(row, n, p.router, choice);
+    std::uint64_t local = 0;  // the first choice: the largest choice key
+#pragma unroll
+    for (int i = 0; i < MaxN / 32; ++i) local = choice.key[i] > local ? choice.key[i] : local;
+    choice.max = key_logit(warp_max_key(local));
+    warp_router_bins(choice, n, p.alpha, bin_depth(p.beta), q);
+  } else {
+#pragma unroll
+    for (int i = 0; i < MaxN / 32; ++i) q[i] = no_vote;
+  }
+#pragma unroll
+  for (int i = 0; i < MaxN / 32; ++i) {
+    const int e = warp_row<MaxN>::expert(i);
+    if (e < n) bins[static_cast<std::int64_t>(t) * n + e] = q[i];
+  }
+}
+
 /// SPEC §3.2, a block per expert: cub::BlockHistogram over the expert's column of bins.
 /// Non-voting entries go to an extra bin that is never written out.
 template <int BlockThreads, int Items>
@@ -236,10 +270,16 @@ __global__ void __launch_bounds__(warp_block_threads, 1)
   batch_load(batch, row, t, n, t < batch.valid.rows(rows));
   if (lane == 0) ws.votes[t] = row.votes();
   if (!row.votes()) return;
-  const std::uint64_t plain = warp_topk<K>(row.key, k);
+  // With a model router, its row and choice P (docs/ROUTERS.md): P's choice keys go to the
+  // scratch, the mass is of P's logits, and the z top-k runs on the router's row.
+  const bool router = !p.router.plain();
+  warp_row<MaxN> choice;
+  if (router) warp_router_choice(row, n, p.router, choice);
+  const std::uint64_t plain = router ? warp_router_plain<K>(choice, k) : warp_topk<K>(row.key, k);
   if (lane < k) ws.plain[static_cast<std::size_t>(t) * k + lane] = plain;
   mark_topk(ws.plain_set(), plain, k);
-  const float mass = warp_row_mass<K>(row, plain, k, p.score, p.renormalize);
+  const float mass =
+      warp_row_mass<K>(row, router ? warp_by_logit<K>(row, plain, k) : plain, k, p.score, p.renormalize);
   if (lane == 0) ws.row_mass[t] = mass;
   select_row<K>(plain, is_pinned(batch.pinned, t), p, ws.active(), ws.anchors(), [&] {
     std::int8_t q[MaxN / 32];  // the caller's bins (remap_topk takes them as given)
@@ -248,7 +288,7 @@ __global__ void __launch_bounds__(warp_block_threads, 1)
       const int e = warp_row<MaxN>::expert(i);
       q[i] = e < n ? bins[static_cast<std::int64_t>(t) * n + e] : no_vote;
     }
-    return warp_z_topk<K>(row, q, rank_s, k);
+    return router ? warp_z_topk<K>(choice, q, rank_s, k) : warp_z_topk<K>(row, q, rank_s, k);
   });
 }
 
@@ -258,9 +298,19 @@ template <int MaxN, int K>
 __global__ void __launch_bounds__(budget_threads, 1) budget_kernel(any_batch batch, route_params p, remap_workspace ws) {
   using budget_t = block_budget<MaxN, K, budget_threads>;
   __shared__ typename budget_t::TempStorage temp;
-  const int n = p.num_experts;
-  budget_t(temp).run([&](warp_row<MaxN>& row, int t) { batch_load(batch, row, t, n, true); }, batch.num_rows, ws.votes,
-                     ws.plain, p, ws.plain_set(), ws.anchors(), ws.active(), budget_scratch{ws.share, ws.top, ws.kth});
+  const int n = p.num_experts, k = p.top_k;
+  const bool router = !p.router.plain();
+  budget_t(temp).run(
+      [&](warp_row<MaxN>& row, int t) {
+        batch_load(batch, row, t, n, true);
+        if (!router) return;
+        warp_row<MaxN> choice;  // the router's row (docs/ROUTERS.md)
+        warp_router_choice(row, n, p.router, choice);
+        choice.max = key_logit(ws.plain[static_cast<std::size_t>(t) * k]);
+        row = choice;
+      },
+      batch.num_rows, ws.votes, ws.plain, p, ws.plain_set(), ws.anchors(), ws.active(),
+      budget_scratch{ws.share, ws.top, ws.kth});
 }
 
 /// The top-1 anchor for the lynx and piggyback policies: every voting row's argmax joins K.
@@ -278,6 +328,15 @@ __global__ void __launch_bounds__(warp_block_threads, 1) final_kernel(any_batch 
   warp_row<MaxN> row;
   batch_load(batch, row, t, n, true);
   const std::uint64_t plain = lane < k ? ws.plain[static_cast<std::size_t>(t) * k + lane] : 0;
+  if (!p.router.plain()) {  // a model router's final choice (docs/ROUTERS.md), weights from the logits
+    warp_row<MaxN> choice;
+    warp_router_choice(row, n, p.router, choice);
+    const std::uint64_t chosen =
+        warp_router_topk_in<K>(row, choice, p.router, ws.active(), plain, k, is_pinned(batch.pinned, t));
+    mark_topk(ws.final_set(), chosen, k);
+    batch_emit_scaled<K>(batch, t, warp_by_logit<K>(row, chosen, k), k, p, ws.row_mass[t]);
+    return;
+  }
   const std::uint64_t chosen = warp_topk_in<K>(row, ws.active(), plain, k);
   mark_topk(ws.final_set(), chosen, k);
   batch_emit<K>(batch, t, chosen, k, p, ws.row_mass[t]);
@@ -286,7 +345,7 @@ __global__ void __launch_bounds__(warp_block_threads, 1) final_kernel(any_batch 
 /// SPEC §3.3 step 5 and §5: every block re-derives the batch decision from the sets (N bits,
 /// cheaper than another launch), then pads its non-voting rows or, on fallback, writes its
 /// voting rows' plain top-k.
-template <int K>
+template <int MaxN, int K>
 __global__ void __launch_bounds__(warp_block_threads, 1) finish_kernel(any_batch batch, route_params p, remap_workspace ws) {
   __shared__ typename block_decide<warp_block_threads>::TempStorage temp;
   const int k = p.top_k, lane = lane_id();
@@ -297,7 +356,13 @@ __global__ void __launch_bounds__(warp_block_threads, 1) finish_kernel(any_batch
     batch_emit_pad(batch, t, decision.pad_ids(), k, p);
   } else if (decision.fallback()) {
     const std::uint64_t plain = lane < k ? ws.plain[static_cast<std::size_t>(t) * k + lane] : 0;
-    batch_emit<K>(batch, t, plain, k, p, ws.row_mass[t]);
+    if (p.router.plain()) {
+      batch_emit<K>(batch, t, plain, k, p, ws.row_mass[t]);
+    } else {  // P is in choice keys: its weights from the row's logits
+      warp_row<MaxN> row;
+      batch_load(batch, row, t, p.num_experts, true);
+      batch_emit_scaled<K>(batch, t, warp_by_logit<K>(row, plain, k), k, p, ws.row_mass[t]);
+    }
   }
 }
 

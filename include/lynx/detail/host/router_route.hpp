@@ -119,8 +119,7 @@ LYNX_HOST_INLINE void router_route_body(Isa isa, const T* logits, std::int64_t r
       const std::uint64_t* pt = rr.plain_of(t);
       const float top = c[d::key_expert(pt[0])];
       const auto value = [&](int e) {
-        const float ce = allows(t, e) ? c[e] : -INFINITY;
-        return r.bias ? d::select_f32(ce > 0.0f, ce, 0.0f) : d::activation(ce, top, p.score);
+        return d::share_value(allows(t, e) ? c[e] : -INFINITY, top, p.score, r.bias != nullptr);
       };
       float sum = 0.0f;
       for (int j = 0; j < k; ++j) sum += value(d::key_expert(pt[j]));

@@ -99,9 +99,7 @@ class block_route {
     const bool lynx_policy = p.kind == policy::lynx;
     sets_t sets(temp_.sets);
     score_t score(temp_.policy.score, n, depth + 1);
-    sets.init();
-    if (lynx_policy) score.init();
-    __syncthreads();
+    begin(sets, score, lynx_policy);
     // With at most a row per warp, each warp keeps its row and plain top-k in registers from
     // phase to phase (up to 256 experts: 8 keys a lane); otherwise each phase loads its rows
     // again (the caller's logits, and the plain keys from the scratch).
@@ -153,31 +151,19 @@ class block_route {
       });
       __syncthreads();
     }
-    if (p.kind == policy::budget) {
-      budget_t(temp_.policy.budget)
-          .run([&](warp_row<MaxN>& row, int t) { detail::batch_load(batch, row, t, n, true); }, rows, temp_.votes,
-               scratch.plain, p, sets.plain(), sets.anchors(), sets.active(), scratch.budget);
-    } else if (p.anchor_top1) {
-      sets.merge_anchors();
-      __syncthreads();
-    }
+    complete_set(sets, rows, p, scratch,
+                 [&](warp_row<MaxN>& row, int t) { detail::batch_load(batch, row, t, n, true); });
     // Every voting row's top-k inside K and its weights.
     for_voting_rows([&](int t, const warp_row<MaxN>& row, std::uint64_t plain) {
       const std::uint64_t chosen = warp_topk_in<K>(row, sets.active(), plain, k);
       mark_topk(sets.final_set(), chosen, k);
       detail::batch_emit<K>(batch, t, chosen, k, p, temp_.mass[t]);
     });
-    __syncthreads();
-    const auto decision = sets.decide(n, k);
-    for (int t = warp; t < rows; t += warps) {
-      if (!temp_.votes[t]) {
-        detail::batch_emit_pad(batch, t, decision.pad_ids(), k, p);
-      } else if (decision.fallback()) {
-        const std::uint64_t plain =
-            resident ? kept_plain : (lane < k ? scratch.plain[static_cast<std::size_t>(t) * k + lane] : 0);
-        detail::batch_emit<K>(batch, t, plain, k, p, temp_.mass[t]);
-      }
-    }
+    finish(batch, sets, p, [&](int t) {
+      const std::uint64_t plain =
+          resident ? kept_plain : (lane < k ? scratch.plain[static_cast<std::size_t>(t) * k + lane] : 0);
+      detail::batch_emit<K>(batch, t, plain, k, p, temp_.mass[t]);
+    });
   }
 
   /// run with a model router (docs/ROUTERS.md): the same phases on each row's router row
@@ -194,9 +180,7 @@ class block_route {
     const bool lynx_policy = p.kind == policy::lynx;
     sets_t sets(temp_.sets);
     score_t score(temp_.policy.score, n, depth + 1);
-    sets.init();
-    if (lynx_policy) score.init();
-    __syncthreads();
+    begin(sets, score, lynx_policy);
     // As run's: with at most a row per warp, the logits, P and the kept groups stay in
     // registers; otherwise each phase loads the row again and selects its groups again.
     const bool resident = MaxN <= 256 && rows <= warps;
@@ -260,20 +244,12 @@ class block_route {
       });
       __syncthreads();
     }
-    if (p.kind == policy::budget) {
-      budget_t(temp_.policy.budget)
-          .run(
-              [&](warp_row<MaxN>& choice, int t) {
-                warp_row<MaxN> row;
-                detail::batch_load(batch, row, t, n, true);
-                warp_router_choice(row, n, r, choice);
-                choice.max = key_logit(scratch.plain[static_cast<std::size_t>(t) * k]);
-              },
-              rows, temp_.votes, scratch.plain, p, sets.plain(), sets.anchors(), sets.active(), scratch.budget);
-    } else if (p.anchor_top1) {
-      sets.merge_anchors();
-      __syncthreads();
-    }
+    complete_set(sets, rows, p, scratch, [&](warp_row<MaxN>& choice, int t) {
+      warp_row<MaxN> row;
+      detail::batch_load(batch, row, t, n, true);
+      warp_router_choice(row, n, r, choice);
+      choice.max = key_logit(scratch.plain[static_cast<std::size_t>(t) * k]);
+    });
     // Every voting row's top-k inside K (and its groups, or relaxed) and its weights.
     for_voting_rows([&](int t, const warp_row<MaxN>& row, const warp_row<MaxN>& choice, std::uint64_t plain) {
       const std::uint64_t chosen =
@@ -281,26 +257,61 @@ class block_route {
       mark_topk(sets.final_set(), chosen, k);
       detail::batch_emit_scaled<K>(batch, t, warp_by_logit<K>(row, chosen, k), k, p, temp_.mass[t]);
     });
-    __syncthreads();
-    const auto decision = sets.decide(n, k);
-    for (int t = warp; t < rows; t += warps) {
-      if (!temp_.votes[t]) {
-        detail::batch_emit_pad(batch, t, decision.pad_ids(), k, p);
-      } else if (decision.fallback()) {
-        std::uint64_t by_logit;
-        if (resident) {
-          by_logit = warp_by_logit<K>(kept, kept_plain, k);
-        } else {
-          warp_row<MaxN> row;
-          detail::batch_load(batch, row, t, n, true);
-          by_logit = warp_by_logit<K>(row, plain_of(t), k);
-        }
-        detail::batch_emit_scaled<K>(batch, t, by_logit, k, p, temp_.mass[t]);
+    finish(batch, sets, p, [&](int t) {
+      std::uint64_t by_logit;
+      if (resident) {
+        by_logit = warp_by_logit<K>(kept, kept_plain, k);
+      } else {
+        warp_row<MaxN> row;
+        detail::batch_load(batch, row, t, n, true);
+        by_logit = warp_by_logit<K>(row, plain_of(t), k);
       }
-    }
+      detail::batch_emit_scaled<K>(batch, t, by_logit, k, p, temp_.mass[t]);
+    });
   }
 
  private:
+  // The outline both bodies share; what differs (the row each phase sees, the weights) comes
+  // in as callables. The first loop stays in each body: as a helper taking the row by a
+  // callable, the router's 512-thread MaxN 256 kernel spilled 4 B at sm_90.
+
+  /// Clears the sets (and the lynx policy's histogram).
+  __device__ __forceinline__ void begin(sets_t& sets, score_t& score, bool lynx_policy) {
+    sets.init();
+    if (lynx_policy) score.init();
+    __syncthreads();
+  }
+
+  /// K's last step: the budget's greedy (load_row(row, t) gives row t as the policy sees it),
+  /// or the top-1 anchors added.
+  template <class LoadRow>
+  __device__ __forceinline__ void complete_set(sets_t& sets, int rows, const route_params& p,
+                                               route_scratch scratch, LoadRow&& load_row) {
+    if (p.kind == policy::budget) {
+      budget_t(temp_.policy.budget)
+          .run(load_row, rows, temp_.votes, scratch.plain, p, sets.plain(), sets.anchors(), sets.active(),
+               scratch.budget);
+    } else if (p.anchor_top1) {
+      sets.merge_anchors();
+      __syncthreads();
+    }
+  }
+
+  /// After the final choices: the never-worse decision, the pad ids of the rows that do not
+  /// vote, and on fallback emit_plain(t) for every voting row.
+  template <class Batch, class EmitPlain>
+  __device__ __forceinline__ void finish(const Batch& batch, sets_t& sets, const route_params& p,
+                                         EmitPlain&& emit_plain) {
+    constexpr int warps = BlockThreads / 32;
+    const int k = p.top_k;
+    __syncthreads();
+    const auto decision = sets.decide(p.num_experts, k);
+    for (int t = static_cast<int>(threadIdx.x) / 32; t < batch.num_rows; t += warps) {
+      if (!temp_.votes[t]) detail::batch_emit_pad(batch, t, decision.pad_ids(), k, p);
+      else if (decision.fallback()) emit_plain(t);
+    }
+  }
+
   TempStorage& temp_;
 };
 

@@ -6,6 +6,7 @@
 #include "affinity_bin.cuh"
 #include "batch.hpp"
 #include "detail/device/dispatch.hpp"
+#include "detail/device/grid_route.cuh"
 #include "detail/device/workspace.hpp"
 #include "remap_topk.cuh"
 #include "score_experts.cuh"
@@ -22,8 +23,10 @@ namespace lynx {
 /// not looked at (they may be null), but the parameters and shapes are checked. No allocation,
 /// no synchronization, graph-capturable, deterministic. Returns cudaErrorInvalidValue (nothing
 /// written) when lynx::check rejects the arguments or workspace_bytes is too small. Up to 512
-/// rows and 512 experts (k <= 16) the whole step is one kernel launch of one block; larger calls
-/// run the stages' kernels in turn.
+/// rows and 512 experts (k <= 16) the whole step is one kernel launch: for the lynx and
+/// piggyback policies on a plain router a memset and a cooperative launch of a warp per row
+/// across blocks (when the device holds them all at once), else one block; larger calls run
+/// the stages' kernels in turn.
 ///
 /// With a sorted_layout_ref that asks for any array, the same call also writes the batch's
 /// expert-sorted layout (sorted_layout.hpp; vLLM's moe_align_block_size arrays among them): in
@@ -37,8 +40,7 @@ cudaError_t route(void* workspace, std::size_t& workspace_bytes, const batch_ref
   if (!layout_fits(layout, batch.num_rows, p.top_k, p.num_experts)) return cudaErrorInvalidValue;
   detail::workspace_carver carver(workspace);
   const bool lynx_policy = p.kind == policy::lynx;
-  const detail::route_workspace ws(carver, batch.num_rows, p.num_experts, p.top_k, lynx_policy,
-                                   p.kind == policy::budget);
+  const detail::route_workspace ws(carver, batch.num_rows, p);
   if (!workspace) {
     workspace_bytes = carver.required_bytes();
     return cudaSuccess;
@@ -52,10 +54,22 @@ cudaError_t route(void* workspace, std::size_t& workspace_bytes, const batch_ref
     return detail::to_cuda_error(s);
   const int tier = detail::choose_tier(p.num_experts, p.top_k);
   if (detail::choose_route_path(batch.num_rows, p.num_experts, p.top_k) == detail::route_path::fused) {
-    // Decode sizes: the whole step in one launch (one block; no host sync, no allocation).
+    // Decode sizes: the whole step in one launch (no host sync, no allocation). The lynx and
+    // piggyback policies on a plain router: a warp per row across blocks with grid barriers,
+    // when the device holds every block at once; else (and for the others) one block.
     const bool router = !p.router.plain();
     return detail::dispatch_tier<detail::fused_max_experts>(tier, [&](auto max_n, auto max_k) {
       constexpr int MaxN = decltype(max_n)::value, K = decltype(max_k)::value;
+      if (detail::grid_route_policy(p, batch.num_rows) &&
+          detail::choose_decode_path(p, batch.num_rows, detail::grid_route_resident_blocks<MaxN, K>()) ==
+              detail::route_path::grid) {
+        const std::size_t words =
+            detail::grid_state::size_words(p.num_experts, detail::route_workspace::grid_bins(p));
+        if (const cudaError_t e = cudaMemsetAsync(ws.grid.words, 0, words * sizeof(std::uint32_t), stream);
+            e != cudaSuccess)
+          return e;
+        return detail::launch_grid_route<MaxN, K>(any, p, ws.remap, ws.grid, layout, stream);
+      }
       if (router)
         detail::fused_route_kernel<MaxN, K, true>
             <<<1, detail::fused_threads(MaxN, true), 0, stream>>>(any, p, ws.remap, layout);

@@ -9,7 +9,9 @@
 #include <thrust/device_vector.h>
 #include <thrust/host_vector.h>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 #include <cstring>
 #include <vector>
 
@@ -19,6 +21,7 @@
 #include "../support/device.hpp"
 #include "../support/device_vectors.hpp"
 #include "../support/random_logits.hpp"
+#include "../support/reference.hpp"
 
 namespace {
 
@@ -184,6 +187,35 @@ TEST(Device, PoliciesMatchHost) {
         EXPECT_EQ(got, want) << "N " << n << " policy " << static_cast<int>(c.kind) << " pinned " << with_pinned;
         expect_weights_close(got_w, want_w, "policy weights");
       }
+}
+
+TEST(Device, NeverWorseFallbackAcrossBlocks) {
+  // Batches whose remapped choices would touch more experts than plain top-k (SPEC §3.3 step
+  // 5), over several blocks of rows (8 a block on the grid path) and with two padding rows:
+  // the last block to finish must rewrite every block's rows to plain top-k and pad from the
+  // plain set. Seeds found with the reference (top-1 of 5 on a coarse grid, alpha 0.5).
+  SKIP_WITHOUT_DEVICE();
+  const int n = 5, k = 1;
+  const std::pair<int, std::uint32_t> batches[] = {{12, 217}, {12, 1667}, {17, 24829}, {24, 24283}};
+  for (const auto& [b, seed] : batches) {
+    const int rows = b + 2;
+    auto L = lynx_test::random_logits(b, n, seed, 1.5f, 1.0f);
+    ASSERT_TRUE((lynx_test::ref_route(L, b, b, {n, k, 0.5f, 2, false, true}).fell_back)) << "seed " << seed;
+    L.resize(static_cast<std::size_t>(rows) * n, 0.0f);
+    const auto p = params(n, k, 0.5f, 2);
+    std::vector<int> want(rows * k), plain(rows * k);
+    std::vector<float> want_w(rows * k), plain_w(rows * k);
+    ASSERT_EQ(lynx::host::route(lynx::batch_ref<float, int>{L.data(), n, rows, b, want.data(), want_w.data()}, p),
+              lynx::status::success);
+    ASSERT_EQ(lynx::host::topk_route(lynx::batch_ref<float, int>{L.data(), n, rows, b, plain.data(), plain_w.data()}, p),
+              lynx::status::success);
+    ASSERT_TRUE(std::equal(want.begin(), want.begin() + b * k, plain.begin())) << "the host fell back, seed " << seed;
+    std::vector<int> got;
+    std::vector<float> got_w;
+    ASSERT_NO_FATAL_FAILURE(device_route(L, rows, b, p, got, got_w));
+    EXPECT_EQ(got, want) << "b " << b << " seed " << seed;
+    expect_weights_close(got_w, want_w, "fallback weights");
+  }
 }
 
 TEST(Device, BudgetRoundsMatchHost) {

@@ -81,7 +81,7 @@ TEST(Launchers, SizeQueriesNeedNoDataPointers) {
                     cudaSuccess);
           // The sizes are the carved layouts plus the alignment slack.
           d::workspace_carver route_c(nullptr), topk_c(nullptr), remap_c(nullptr);
-          d::route_workspace(route_c, rows, n, p.top_k, kind == lynx::policy::lynx, kind == lynx::policy::budget);
+          d::route_workspace(route_c, rows, p);
           d::topk_workspace(topk_c, rows);
           d::remap_workspace(remap_c, rows, n, p.top_k, kind == lynx::policy::budget);
           EXPECT_EQ(route_bytes, route_c.used + d::workspace_alignment - 1);
@@ -233,7 +233,7 @@ TEST(Launchers, TooSmallWorkspaceIsRejected) {
     std::vector<char> ws(need + 300);
     for (std::size_t offset = 0; offset < 300; ++offset) {
       d::workspace_carver c(ws.data() + offset);
-      d::route_workspace(c, rows, n, 6, kind == lynx::policy::lynx, kind == lynx::policy::budget);
+      d::route_workspace(c, rows, p);
       ASSERT_TRUE(c.fits(need)) << "offset " << offset;
       ASSERT_FALSE(c.fits(c.skip + c.used - 1)) << "offset " << offset;
     }
@@ -408,12 +408,13 @@ TEST(Launchers, WorkspaceRegionsAreAlignedDisjointAndLargeEnough) {
         for (const std::size_t misalign : {0, 1, 100}) {
           const int k = std::min(8, n);
           const bool lynx_policy = kind == lynx::policy::lynx, budget = kind == lynx::policy::budget;
+          const auto p = policy_params(n, k, kind);
           d::workspace_carver measure(nullptr);
-          d::route_workspace(measure, rows, n, k, lynx_policy, budget);
+          d::route_workspace(measure, rows, p);
           std::vector<char> buffer(measure.required_bytes() + misalign);
           char* base = buffer.data() + misalign;
           d::workspace_carver c(base);
-          const d::route_workspace ws(c, rows, n, k, lynx_policy, budget);
+          const d::route_workspace ws(c, rows, p);
           ASSERT_TRUE(c.fits(measure.required_bytes()));
           const std::size_t rn = static_cast<std::size_t>(rows) * n, rk = static_cast<std::size_t>(rows) * k;
           // What the kernels index in each region (detail/device/kernels.cuh, the launchers).
@@ -428,6 +429,17 @@ TEST(Launchers, WorkspaceRegionsAreAlignedDisjointAndLargeEnough) {
             regions.push_back(of(ws.remap.share, rn));
             regions.push_back(of(ws.remap.top, rk));
             regions.push_back(of(ws.remap.kth, rows));
+          }
+          // The grid path's state: where a call of that shape and policy may take it (any router: the
+          // workspace does not depend on it), and only there.
+          const bool grid = d::grid_route_shape(p, rows);
+          EXPECT_EQ(grid, !budget && rows <= d::fused_max_rows && n <= d::fused_max_experts);
+          EXPECT_EQ(ws.grid.words != nullptr, grid);
+          if (grid) {
+            const std::size_t words = d::grid_state::size_words(n, lynx_policy ? d::bin_depth(p.beta) + 1 : 0);
+            regions.push_back(of(ws.grid.words, words));
+            EXPECT_EQ(reinterpret_cast<std::uint32_t*>(ws.grid.counts() + (lynx_policy ? (d::bin_depth(p.beta) + 1) * n : 0)),
+                      ws.grid.words + words);
           }
           expect_disjoint_and_aligned(regions, base, measure.required_bytes());
           EXPECT_EQ(ws.remap.plain_set(), ws.remap.sets + d::set_words);
@@ -491,6 +503,47 @@ TEST(Launchers, RoutePathChoice) {
   EXPECT_EQ(d::warp_row_blocks(8), 1);
   EXPECT_EQ(d::warp_row_blocks(9), 2);
   EXPECT_EQ(d::warp_row_blocks(700), 88);
+}
+
+TEST(Launchers, DecodePathChoice) {
+  // The grid path: the lynx and piggyback policies on a plain router, at decode sizes, when
+  // every block (8 rows each) fits on the device at once; else the fused one-block path.
+  using d::route_path;
+  for (const auto kind : all_policies)
+    for (const int rows : {1, 8, 9, 64, 512}) {
+      const auto p = policy_params(128, 8, kind);
+      const bool policy_ok = kind != lynx::policy::budget;
+      const int blocks = d::warp_row_blocks(rows);
+      EXPECT_EQ(d::choose_decode_path(p, rows, blocks), policy_ok ? route_path::grid : route_path::fused)
+          << "rows " << rows;
+      EXPECT_EQ(d::choose_decode_path(p, rows, blocks - 1), route_path::fused) << "rows " << rows;
+      EXPECT_EQ(d::choose_decode_path(p, rows, 0), route_path::fused);  // the device could not be asked
+    }
+  auto p = policy_params(128, 8, lynx::policy::lynx);
+  EXPECT_EQ(d::choose_decode_path(p, 513, 1000), route_path::fused);  // not decode sizes
+  EXPECT_EQ(d::choose_decode_path(policy_params(1024, 8, lynx::policy::lynx), 16, 1000), route_path::fused);
+  EXPECT_EQ(d::choose_decode_path(policy_params(512, 16, lynx::policy::lynx), 16, 1000), route_path::grid);
+  p.router.num_groups = 8;  // a model router stays on the fused path
+  p.router.top_groups = 4;
+  ASSERT_FALSE(p.router.plain());
+  EXPECT_EQ(d::choose_decode_path(p, 16, 1000), route_path::fused);
+  // Without a device, route's occupancy query says 0: the fused path, whose launch reports the
+  // missing device.
+  if (!has_device()) EXPECT_EQ((d::grid_route_resident_blocks<128, 8>()), 0);
+}
+
+TEST(Launchers, GridStateLayout) {
+  // Two counters, then the three sets, then nbins x n counts: one memset zeroes them all.
+  std::vector<std::uint32_t> words(d::grid_state::size_words(160, 3));
+  const d::grid_state g{words.data()};
+  EXPECT_EQ(words.size(), 2u + 3u * d::set_words + 3u * 160u);
+  EXPECT_EQ(g.arrived(), words.data());
+  EXPECT_EQ(g.done(), words.data() + 1);
+  EXPECT_EQ(g.active(), words.data() + 2);
+  EXPECT_EQ(g.plain_set(), g.active() + d::set_words);
+  EXPECT_EQ(g.final_set(), g.plain_set() + d::set_words);
+  EXPECT_EQ(reinterpret_cast<std::uint32_t*>(g.counts()), g.final_set() + d::set_words);
+  EXPECT_EQ(d::route_workspace::grid_bins(policy_params(64, 8, lynx::policy::piggyback)), 0);
 }
 
 }  // namespace

@@ -94,6 +94,27 @@ class block_score_experts {
     }
   }
 
+  /// Block-collective, after the adds and a synchronization: adds this block's counts into
+  /// global counts[j * n + e] (zeroed by the caller), for a batch whose rows several blocks
+  /// hold. Integer atomics: the sums do not depend on the order of the blocks.
+  __device__ __forceinline__ void flush(std::int32_t* counts) const {
+    for (int i = threadIdx.x; i < nbins_ * n_; i += BlockThreads) {
+      const int c = count(i / n_, i % n_);
+      if (c) atomicAdd(counts + i, c);
+    }
+  }
+
+  /// Block-collective: this block's counts become the global ones that every block has
+  /// flushed (read past L1: other blocks wrote them). Synchronize before ranks.
+  __device__ __forceinline__ void load(const std::int32_t* counts) {
+    for (int i = threadIdx.x; i < nbins_ * MaxN / 2; i += BlockThreads) {
+      const int j = 2 * i / MaxN, e = 2 * i % MaxN;
+      const std::uint32_t lo = e < n_ ? static_cast<std::uint32_t>(__ldcg(counts + j * n_ + e)) : 0u;
+      const std::uint32_t hi = e + 1 < n_ ? static_cast<std::uint32_t>(__ldcg(counts + j * n_ + e + 1)) : 0u;
+      temp_.counts[i] = lo | hi << 16;
+    }
+  }
+
   /// counts(j, e), after the adds and a synchronization.
   __device__ __forceinline__ int count(int j, int e) const {
     const std::uint32_t w = temp_.counts[(j * MaxN + e) / 2];

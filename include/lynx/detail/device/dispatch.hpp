@@ -74,7 +74,7 @@ static_assert(num_tiers == 8, "dispatch_tier lists every tier");
 
 /// How lynx::route runs a call: decode sizes in one single-block launch, the rest one kernel
 /// per stage.
-enum class route_path { fused, stages };
+enum class route_path { fused, grid, stages };
 
 inline route_path choose_route_path(int num_rows, int n, int k) {
   const tier t = tiers[choose_tier(n, k)];
@@ -86,6 +86,29 @@ inline int warp_row_blocks(int num_rows) {
   constexpr int rows_per_block = warp_block_threads / 32;
   return (num_rows + rows_per_block - 1) / rows_per_block;
 }
+
+/// Whether a call's shape and policy allow the grid path: decode sizes and the policies whose
+/// set needs no serial greedy (the budget policy stays on the fused path). Its workspace is
+/// reserved by this, whatever the router, so that it does not depend on the router.
+inline bool grid_route_shape(const route_params& p, int num_rows) {
+  return (p.kind == policy::lynx || p.kind == policy::piggyback) && num_rows <= fused_max_rows &&
+         tiers[choose_tier(p.num_experts, p.top_k)].max_n <= fused_max_experts;
+}
+
+/// Whether a call may take the grid path: its shape and policy, and a plain router (a model
+/// router's calls stay on the fused path).
+inline bool grid_route_policy(const route_params& p, int num_rows) {
+  return p.router.plain() && grid_route_shape(p, num_rows);
+}
+
+/// The decode path: the grid path when the policy allows it and its blocks fit on the device
+/// at once (resident_blocks: what the occupancy query says; 0 when it could not be asked),
+/// else the fused one-block path.
+inline route_path choose_decode_path(const route_params& p, int num_rows, int resident_blocks) {
+  return grid_route_policy(p, num_rows) && warp_row_blocks(num_rows) <= resident_blocks ? route_path::grid
+                                                                                        : route_path::fused;
+}
+
 
 inline cudaError_t to_cuda_error(status s) { return s == status::success ? cudaSuccess : cudaErrorInvalidValue; }
 

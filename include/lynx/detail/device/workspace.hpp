@@ -5,6 +5,8 @@
 #include <cstdint>
 
 #include "../config.hpp"
+#include "../../params.hpp"
+#include "dispatch.hpp"
 
 namespace lynx {
 namespace detail {
@@ -81,18 +83,45 @@ struct topk_workspace {
   LYNX_HD std::uint32_t* blocks_done() const { return state + set_words; }
 };
 
+/// The grid path's global state, zeroed by the launcher in one memset: two counters (barrier
+/// arrivals, finished blocks), the sets K, plain and final, and the lynx policy's counts.
+struct grid_state {
+  std::uint32_t* words;
+  LYNX_HD static std::size_t size_words(int n, int nbins) {
+    return 2 + 3 * set_words + static_cast<std::size_t>(nbins) * n;
+  }
+  LYNX_HD unsigned int* arrived() const { return words; }
+  LYNX_HD unsigned int* done() const { return words + 1; }
+  LYNX_HD std::uint32_t* active() const { return words + 2; }
+  LYNX_HD std::uint32_t* plain_set() const { return words + 2 + set_words; }
+  LYNX_HD std::uint32_t* final_set() const { return words + 2 + 2 * set_words; }
+  LYNX_HD std::int32_t* counts() const { return reinterpret_cast<std::int32_t*>(words + 2 + 3 * set_words); }
+};
+
 /// route's scratch: the stage outputs of the per-stage path (lynx policy), then remap_topk's
-/// scratch. The fused path uses the plain keys and the budget scratch.
+/// scratch, then the grid path's state (where the call's shape allows it: grid_route_shape). The
+/// fused path uses the plain keys and the budget scratch.
 struct route_workspace {
   std::int8_t* bins;     // num_rows * n
   std::int32_t* counts;  // max_bins * n
   std::int32_t* ranks;   // n
   remap_workspace remap;
-  route_workspace(workspace_carver& c, int num_rows, int n, int k, bool lynx, bool budget)
+  grid_state grid;       // grid_state::size_words(n, nbins) words, or null
+  route_workspace(workspace_carver& c, int num_rows, int n, int k, bool lynx, bool budget, std::size_t grid_words = 0)
       : bins(c.take<std::int8_t>(lynx ? static_cast<std::size_t>(num_rows) * n : 0)),
         counts(c.take<std::int32_t>(lynx ? static_cast<std::size_t>(max_bins) * n : 0)),
         ranks(c.take<std::int32_t>(lynx ? n : 0)),
-        remap(c, num_rows, n, k, budget) {}
+        remap(c, num_rows, n, k, budget),
+        grid{grid_words ? c.take<std::uint32_t>(grid_words) : nullptr} {}
+  /// What lynx::route carves for a call with p.
+  route_workspace(workspace_carver& c, int num_rows, const route_params& p)
+      : route_workspace(c, num_rows, p.num_experts, p.top_k, p.kind == policy::lynx, p.kind == policy::budget,
+                        grid_words(p, num_rows)) {}
+  static std::size_t grid_words(const route_params& p, int num_rows) {
+    return grid_route_shape(p, num_rows) ? grid_state::size_words(p.num_experts, grid_bins(p)) : 0;
+  }
+  /// The histogram digits the grid path counts (none for the piggyback policy).
+  static int grid_bins(const route_params& p) { return p.kind == policy::lynx ? bin_depth(p.beta) + 1 : 0; }
 };
 
 }  // namespace detail

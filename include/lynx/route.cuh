@@ -23,10 +23,10 @@ namespace lynx {
 /// not looked at (they may be null), but the parameters and shapes are checked. No allocation,
 /// no synchronization, graph-capturable, deterministic. Returns cudaErrorInvalidValue (nothing
 /// written) when lynx::check rejects the arguments or workspace_bytes is too small. Up to 512
-/// rows and 512 experts (k <= 16) the whole step is one kernel launch: for the lynx and
-/// piggyback policies on a plain router a memset and a cooperative launch of a warp per row
-/// across blocks (when the device holds them all at once), else one block; larger calls run
-/// the stages' kernels in turn.
+/// rows and 512 experts (k <= 16) the whole step is one kernel launch of one block (built with
+/// LYNX_GRID_ROUTE=1, for the lynx and piggyback policies on a plain router: a memset and a
+/// cooperative launch of a warp per row across blocks, when the device holds them all at once;
+/// not yet run on a GPU); larger calls run the stages' kernels in turn.
 ///
 /// With a sorted_layout_ref that asks for any array, the same call also writes the batch's
 /// expert-sorted layout (sorted_layout.hpp; vLLM's moe_align_block_size arrays among them): in
@@ -54,13 +54,13 @@ cudaError_t route(void* workspace, std::size_t& workspace_bytes, const batch_ref
     return detail::to_cuda_error(s);
   const int tier = detail::choose_tier(p.num_experts, p.top_k);
   if (detail::choose_route_path(batch.num_rows, p.num_experts, p.top_k) == detail::route_path::fused) {
-    // Decode sizes: the whole step in one launch (no host sync, no allocation). The lynx and
-    // piggyback policies on a plain router: a warp per row across blocks with grid barriers,
-    // when the device holds every block at once; else (and for the others) one block.
+    // Decode sizes: the whole step in one launch (no host sync, no allocation). With
+    // LYNX_GRID_ROUTE, the lynx and piggyback policies on a plain router: a warp per row across
+    // blocks with grid barriers, when the device holds every block at once; else one block.
     const bool router = !p.router.plain();
     return detail::dispatch_tier<detail::fused_max_experts>(tier, [&](auto max_n, auto max_k) {
       constexpr int MaxN = decltype(max_n)::value, K = decltype(max_k)::value;
-      if (detail::grid_route_policy(p, batch.num_rows) &&
+      if (detail::grid_route_enabled && detail::grid_route_policy(p, batch.num_rows) &&
           detail::choose_decode_path(p, batch.num_rows, detail::grid_route_resident_blocks<MaxN, K>()) ==
               detail::route_path::grid) {
         const std::size_t words =

@@ -95,6 +95,14 @@ inline bool grid_route_shape(const route_params& p, int num_rows) {
          tiers[choose_tier(p.num_experts, p.top_k)].max_n <= fused_max_experts;
 }
 
+/// Whether lynx::route takes the grid path at all. Off unless the including code defines
+/// LYNX_GRID_ROUTE to 1: the path is built and compiled (its kernels are instantiated, so the
+/// build's resource check sees them), but it has not yet run on a GPU or in the simulator.
+#ifndef LYNX_GRID_ROUTE
+#define LYNX_GRID_ROUTE 0
+#endif
+inline constexpr bool grid_route_enabled = LYNX_GRID_ROUTE != 0;
+
 /// Whether a call may take the grid path: its shape and policy, and a plain router (a model
 /// router's calls stay on the fused path).
 inline bool grid_route_policy(const route_params& p, int num_rows) {

@@ -10,8 +10,10 @@
 // A grid barrier needs every block resident at once: the launch is cooperative (the runtime
 // refuses a grid that does not fit), and lynx::route takes this path only when the device's
 // occupancy says it fits. Batch-wide state is integer counts and bit sets added with atomics,
-// so results do not depend on which block arrives first, and they are bitwise the fused
-// path's and the host path's.
+// so results do not depend on which block arrives first, and they are meant to be bitwise the
+// fused path's and the host path's (the same warp and block functions in the same order).
+// lynx::route takes this path only when built with LYNX_GRID_ROUTE=1 (dispatch.hpp): it has
+// not yet run on a GPU or in the simulator.
 
 #include <cuda_runtime.h>
 

@@ -10,7 +10,8 @@
 //                                              checked against the host path too) |
 //                                              route+align | topk_route+align (the call, then
 //                                              align_kernel.cuh's separate kernel for the same
-//                                              arrays)
+//                                              arrays) | route_grid (route forced onto the
+//                                              grid path: lynx::detail::route_with)
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -25,11 +26,12 @@
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: lynx_one_call route|topk_route|route_sorted|topk_route_sorted|route+align|topk_route+align N K T [lynx|budget]\n");
+    std::fprintf(stderr, "usage: lynx_one_call route|topk_route|route_sorted|topk_route_sorted|route+align|topk_route+align|route_grid N K T [lynx|budget]\n");
     return 2;
   }
   const bool topk = std::strncmp(argv[1], "topk_route", 10) == 0, align = std::strstr(argv[1], "+align") != nullptr,
-             sorted = align || std::strstr(argv[1], "_sorted") != nullptr;
+             sorted = align || std::strstr(argv[1], "_sorted") != nullptr,
+             grid = std::strcmp(argv[1], "route_grid") == 0;
   const int n = std::atoi(argv[2]), k = std::atoi(argv[3]), rows = std::atoi(argv[4]);
   lynx::route_params p = lynx::default_params(n, k);
   p.renormalize = true;
@@ -84,7 +86,9 @@ int main(int argc, char** argv) {
   cudaEventCreate(&stop);
   cudaEventRecord(start);
   const lynx::sorted_layout_ref in_call = align ? lynx::sorted_layout_ref{} : layout;
-  cudaError_t e = topk ? lynx::topk_route(ws, bytes, batch, p, in_call) : lynx::route(ws, bytes, batch, p, in_call);
+  const auto choice = grid ? lynx::detail::decode_choice::grid : lynx::detail::decode_choice::automatic;
+  cudaError_t e = topk ? lynx::topk_route(ws, bytes, batch, p, in_call)
+                       : lynx::detail::route_with(choice, ws, bytes, batch, p, in_call, cudaStream_t{});
   if (e == cudaSuccess && align) {
     lynx_bench::align_kernel<><<<1, lynx_bench::align_threads>>>(ids, slots, n, cap, blocks, layout);
     e = cudaGetLastError();

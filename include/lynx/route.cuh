@@ -14,27 +14,13 @@
 
 namespace lynx {
 
-/// Routes a batch: rows [0, num_rows) of logits (row-major, row_stride >= N; float, __half or
-/// __nv_bfloat16) to k experts each, writing ids [num_rows x k] (int32_t or int64_t) and fp32
-/// weights [num_rows x k]. Rows >= valid are padding (SPEC §5); pinned rows keep their plain
-/// top-k.
-///
-/// CUB-style: with workspace == nullptr only workspace_bytes is computed; the data pointers are
-/// not looked at (they may be null), but the parameters and shapes are checked. No allocation,
-/// no synchronization, graph-capturable, deterministic. Returns cudaErrorInvalidValue (nothing
-/// written) when lynx::check rejects the arguments or workspace_bytes is too small. Up to 512
-/// rows and 512 experts (k <= 16) the whole step is one kernel launch of one block (built with
-/// LYNX_GRID_ROUTE=1, for the lynx and piggyback policies on a plain router: a memset and a
-/// cooperative launch of a warp per row across blocks, when the device holds them all at once;
-/// not yet run on a GPU); larger calls run the stages' kernels in turn.
-///
-/// With a sorted_layout_ref that asks for any array, the same call also writes the batch's
-/// expert-sorted layout (sorted_layout.hpp; vLLM's moe_align_block_size arrays among them): in
-/// the fused kernel itself above 128 experts, else (and after the per-stage path) in one more
-/// one-block launch. It needs no workspace. A call with B = 0 (a host count) routes nothing and writes the empty layout.
+namespace detail {
+
+/// lynx::route's body, with the decode path chosen (automatic) or forced (grid).
 template <class T, class IdT>
-cudaError_t route(void* workspace, std::size_t& workspace_bytes, const batch_ref<T, IdT>& batch,
-                  const route_params& p, const sorted_layout_ref& layout, cudaStream_t stream = 0) {
+cudaError_t route_with(decode_choice choice, void* workspace, std::size_t& workspace_bytes,
+                       const batch_ref<T, IdT>& batch, const route_params& p, const sorted_layout_ref& layout,
+                       cudaStream_t stream) {
   if (const status s = check(p, batch.num_rows, batch.row_stride, batch.valid); s != status::success)
     return detail::to_cuda_error(s);
   if (!layout_fits(layout, batch.num_rows, p.top_k, p.num_experts)) return cudaErrorInvalidValue;
@@ -53,22 +39,30 @@ cudaError_t route(void* workspace, std::size_t& workspace_bytes, const batch_ref
   if (const status s = check_pointers({batch.logits, batch.ids, batch.weights}); s != status::success)
     return detail::to_cuda_error(s);
   const int tier = detail::choose_tier(p.num_experts, p.top_k);
-  if (detail::choose_route_path(batch.num_rows, p.num_experts, p.top_k) == detail::route_path::fused) {
+  const bool decode = detail::choose_route_path(batch.num_rows, p.num_experts, p.top_k) == detail::route_path::fused;
+  if (choice == decode_choice::grid && !(decode && detail::grid_route_policy(p, batch.num_rows)))
+    return cudaErrorNotSupported;
+  if (decode) {
     // Decode sizes: the whole step in one launch (no host sync, no allocation). With
     // LYNX_GRID_ROUTE, the lynx and piggyback policies on a plain router: a warp per row across
     // blocks with grid barriers, when the device holds every block at once; else one block.
     const bool router = !p.router.plain();
     return detail::dispatch_tier<detail::fused_max_experts>(tier, [&](auto max_n, auto max_k) {
       constexpr int MaxN = decltype(max_n)::value, K = decltype(max_k)::value;
-      if (detail::grid_route_enabled && detail::grid_route_policy(p, batch.num_rows) &&
-          detail::choose_decode_path(p, batch.num_rows, detail::grid_route_resident_blocks<MaxN, K>()) ==
-              detail::route_path::grid) {
-        const std::size_t words =
-            detail::grid_state::size_words(p.num_experts, detail::route_workspace::grid_bins(p));
-        if (const cudaError_t e = cudaMemsetAsync(ws.grid.words, 0, words * sizeof(std::uint32_t), stream);
-            e != cudaSuccess)
-          return e;
-        return detail::launch_grid_route<MaxN, K>(any, p, ws.remap, ws.grid, layout, stream);
+      const bool try_grid = choice == decode_choice::grid ||
+                            (detail::grid_route_enabled && detail::grid_route_policy(p, batch.num_rows));
+      if (try_grid) {
+        if (detail::choose_decode_path(p, batch.num_rows, detail::grid_route_resident_blocks<MaxN, K>()) !=
+            detail::route_path::grid) {
+          if (choice == decode_choice::grid) return cudaErrorNotSupported;
+        } else {
+          const std::size_t words =
+              detail::grid_state::size_words(p.num_experts, detail::route_workspace::grid_bins(p));
+          if (const cudaError_t e = cudaMemsetAsync(ws.grid.words, 0, words * sizeof(std::uint32_t), stream);
+              e != cudaSuccess)
+            return e;
+          return detail::launch_grid_route<MaxN, K>(any, p, ws.remap, ws.grid, layout, stream);
+        }
       }
       if (router)
         detail::fused_route_kernel<MaxN, K, true>
@@ -96,6 +90,32 @@ cudaError_t route(void* workspace, std::size_t& workspace_bytes, const batch_ref
     return e;
   return layout.wanted() ? detail::launch_sorted_layout(any, true, p.top_k, p.num_experts, layout, stream)
                          : cudaSuccess;
+}
+
+}  // namespace detail
+
+/// Routes a batch: rows [0, num_rows) of logits (row-major, row_stride >= N; float, __half or
+/// __nv_bfloat16) to k experts each, writing ids [num_rows x k] (int32_t or int64_t) and fp32
+/// weights [num_rows x k]. Rows >= valid are padding (SPEC §5); pinned rows keep their plain
+/// top-k.
+///
+/// CUB-style: with workspace == nullptr only workspace_bytes is computed; the data pointers are
+/// not looked at (they may be null), but the parameters and shapes are checked. No allocation,
+/// no synchronization, graph-capturable, deterministic. Returns cudaErrorInvalidValue (nothing
+/// written) when lynx::check rejects the arguments or workspace_bytes is too small. Up to 512
+/// rows and 512 experts (k <= 16) the whole step is one kernel launch of one block (built with
+/// LYNX_GRID_ROUTE=1, for the lynx and piggyback policies on a plain router: a memset and a
+/// cooperative launch of a warp per row across blocks, when the device holds them all at once;
+/// not yet run on a GPU); larger calls run the stages' kernels in turn.
+///
+/// With a sorted_layout_ref that asks for any array, the same call also writes the batch's
+/// expert-sorted layout (sorted_layout.hpp; vLLM's moe_align_block_size arrays among them): in
+/// the fused kernel itself above 128 experts, else (and after the per-stage path) in one more
+/// one-block launch. It needs no workspace. A call with B = 0 (a host count) routes nothing and writes the empty layout.
+template <class T, class IdT>
+cudaError_t route(void* workspace, std::size_t& workspace_bytes, const batch_ref<T, IdT>& batch,
+                  const route_params& p, const sorted_layout_ref& layout, cudaStream_t stream = 0) {
+  return detail::route_with(detail::decode_choice::automatic, workspace, workspace_bytes, batch, p, layout, stream);
 }
 
 template <class T, class IdT>

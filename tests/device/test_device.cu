@@ -50,9 +50,12 @@ void expect_weights_close(const std::vector<float>& got, const std::vector<float
 /// lynx::route on the device for host data: upload, workspace, launch, sync, download.
 /// `pinned`, if set, must already point to device memory. Call it inside
 /// ASSERT_NO_FATAL_FAILURE: on a failed call, ids and weights are left empty.
+/// With decode_choice::grid the call takes the grid path (lynx::detail::route_with), whatever
+/// LYNX_GRID_ROUTE says; where it cannot (the device holds too few blocks at once) the test skips.
 template <class T, class IdT>
 void device_route(const std::vector<T>& L, int rows, int b, const lynx::route_params& p, std::vector<IdT>& ids,
-                  std::vector<float>& weights, const std::uint8_t* pinned = nullptr) {
+                  std::vector<float>& weights, const std::uint8_t* pinned = nullptr,
+                  lynx::detail::decode_choice choice = lynx::detail::decode_choice::automatic) {
   auto d_L = to_device(L);
   thrust::device_vector<IdT> d_ids(static_cast<std::size_t>(rows) * p.top_k, IdT(-5));
   thrust::device_vector<float> d_w(d_ids.size(), -5.0f);
@@ -63,7 +66,12 @@ void device_route(const std::vector<T>& L, int rows, int b, const lynx::route_pa
   const lynx::batch_ref<T, IdT> batch{thrust::raw_pointer_cast(d_L.data()), p.num_experts, rows, b,
                                       thrust::raw_pointer_cast(d_ids.data()), thrust::raw_pointer_cast(d_w.data()),
                                       pinned};
-  ASSERT_EQ(lynx::route(thrust::raw_pointer_cast(ws.data()), bytes, batch, p), cudaSuccess);
+  const cudaError_t e = lynx::detail::route_with(choice, thrust::raw_pointer_cast(ws.data()), bytes, batch, p,
+                                                 lynx::sorted_layout_ref{}, cudaStream_t{});
+  if (e == cudaErrorNotSupported && choice == lynx::detail::decode_choice::grid)
+    GTEST_SKIP() << "this device cannot hold the grid path's " << lynx::detail::warp_row_blocks(rows)
+                 << " blocks at once";
+  ASSERT_EQ(e, cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   ids = to_host(d_ids);
   weights = to_host(d_w);
@@ -210,12 +218,98 @@ TEST(Device, NeverWorseFallbackAcrossBlocks) {
     ASSERT_EQ(lynx::host::topk_route(lynx::batch_ref<float, int>{L.data(), n, rows, b, plain.data(), plain_w.data()}, p),
               lynx::status::success);
     ASSERT_TRUE(std::equal(want.begin(), want.begin() + b * k, plain.begin())) << "the host fell back, seed " << seed;
-    std::vector<int> got;
-    std::vector<float> got_w;
-    ASSERT_NO_FATAL_FAILURE(device_route(L, rows, b, p, got, got_w));
-    EXPECT_EQ(got, want) << "b " << b << " seed " << seed;
-    expect_weights_close(got_w, want_w, "fallback weights");
+    for (const auto choice : {lynx::detail::decode_choice::automatic, lynx::detail::decode_choice::grid}) {
+      std::vector<int> got;
+      std::vector<float> got_w;
+      ASSERT_NO_FATAL_FAILURE(device_route(L, rows, b, p, got, got_w, nullptr, choice));
+      EXPECT_EQ(got, want) << "b " << b << " seed " << seed << " grid " << (choice == lynx::detail::decode_choice::grid);
+      expect_weights_close(got_w, want_w, "fallback weights");
+    }
   }
+}
+
+template <class T, class IdT>
+void grid_matches_host(std::uint32_t seed) {
+  // The grid path (a warp per row across blocks, grid barriers) against the host path, for
+  // the policies it takes, at every decode tier: garbage rows (NaN, +inf, a dead row),
+  // padding, pinned rows, one block and many.
+  struct grid_case {
+    int n, k, rows, b;
+    lynx::policy kind;
+    bool anchor, pinned;
+    lynx::scoring s;
+  };
+  const grid_case cases[] = {
+      {5, 1, 1, 1, lynx::policy::lynx, false, false, lynx::scoring::softmax},       // (128, 1)
+      {8, 2, 16, 14, lynx::policy::lynx, true, true, lynx::scoring::softmax},        // (128, 2)
+      {60, 4, 9, 9, lynx::policy::piggyback, false, false, lynx::scoring::sigmoid},  // (128, 4)
+      {64, 6, 64, 61, lynx::policy::lynx, false, true, lynx::scoring::softmax},      // (128, 8)
+      {128, 8, 33, 33, lynx::policy::piggyback, true, true, lynx::scoring::softmax}, // (128, 8)
+      {160, 6, 40, 37, lynx::policy::lynx, true, false, lynx::scoring::sigmoid},     // (256, 8)
+      {256, 8, 128, 128, lynx::policy::lynx, false, false, lynx::scoring::softmax},  // (256, 8)
+      {384, 8, 24, 20, lynx::policy::piggyback, false, true, lynx::scoring::softmax},// (512, 8)
+      {512, 10, 72, 72, lynx::policy::lynx, true, true, lynx::scoring::softmax},     // (512, 16)
+  };
+  for (const grid_case& c : cases) {
+    SCOPED_TRACE(testing::Message() << "N " << c.n << " k " << c.k << " rows " << c.rows << " b " << c.b);
+    auto p = params(c.n, c.k, 2.0f, 2, c.s, seed % 2 == 0);
+    p.kind = c.kind;
+    p.anchor_top1 = c.anchor;
+    p.keep_k = 1;
+    const float quantum = seed % 3 ? 0.25f : 0.0f;  // ties in some cases
+    auto Lf = lynx_test::random_logits(c.rows, c.n, seed++, 1.5f, quantum);
+    if (c.rows > 2) {
+      Lf[c.n + 1] = NAN;
+      Lf[c.n + 2] = INFINITY;
+      for (int e = 0; e < c.n; ++e) Lf[2 * c.n + e] = -INFINITY;
+    }
+    const std::vector<T> L = convert<T>(Lf);
+    std::vector<std::uint8_t> pinned(c.rows, 0);
+    if (c.pinned)
+      for (int t = 1; t < c.rows; t += 4) pinned[t] = 1;
+    std::vector<IdT> want(static_cast<std::size_t>(c.rows) * c.k);
+    std::vector<float> want_w(want.size());
+    ASSERT_EQ(lynx::host::route(lynx::batch_ref<T, IdT>{L.data(), c.n, c.rows, c.b, want.data(), want_w.data(),
+                                                        c.pinned ? pinned.data() : nullptr},
+                                p),
+              lynx::status::success);
+    auto d_pinned = to_device(pinned);
+    std::vector<IdT> got;
+    std::vector<float> got_w;
+    ASSERT_NO_FATAL_FAILURE(device_route(L, c.rows, c.b, p, got, got_w,
+                                         c.pinned ? thrust::raw_pointer_cast(d_pinned.data()) : nullptr,
+                                         lynx::detail::decode_choice::grid));
+    if (got.empty()) return;  // skipped: the device holds too few blocks
+    EXPECT_EQ(got, want);
+    expect_weights_close(got_w, want_w, "grid weights");
+  }
+}
+
+TEST(Device, GridPathMatchesHostFloatInt32) { SKIP_WITHOUT_DEVICE(); grid_matches_host<float, std::int32_t>(300); }
+TEST(Device, GridPathMatchesHostHalfInt64) { SKIP_WITHOUT_DEVICE(); grid_matches_host<__half, std::int64_t>(400); }
+TEST(Device, GridPathMatchesHostBf16Int32) { SKIP_WITHOUT_DEVICE(); grid_matches_host<__nv_bfloat16, std::int32_t>(500); }
+
+TEST(Device, GridPathRefusesWhatItDoesNotTake) {
+  // The budget policy, a model router and more rows than decode sizes stay off the grid path:
+  // forcing it answers cudaErrorNotSupported and writes nothing.
+  SKIP_WITHOUT_DEVICE();
+  const int n = 64, k = 6, rows = 16;
+  const auto L = lynx_test::random_logits(rows, n, 7, 1.0f);
+  auto d_L = to_device(L);
+  thrust::device_vector<int> d_ids(rows * k, -5);
+  thrust::device_vector<float> d_w(rows * k, -5.0f);
+  const lynx::batch_ref<float, int> batch{thrust::raw_pointer_cast(d_L.data()), n, rows, rows,
+                                          thrust::raw_pointer_cast(d_ids.data()), thrust::raw_pointer_cast(d_w.data())};
+  const auto budget = lynx::default_params(n, k);
+  ASSERT_EQ(budget.kind, lynx::policy::budget);
+  std::size_t bytes = 0;
+  ASSERT_EQ(lynx::route(nullptr, bytes, batch, budget), cudaSuccess);
+  thrust::device_vector<char> ws(bytes);
+  EXPECT_EQ(lynx::detail::route_with(lynx::detail::decode_choice::grid, thrust::raw_pointer_cast(ws.data()), bytes,
+                                     batch, budget, lynx::sorted_layout_ref{}, cudaStream_t{}),
+            cudaErrorNotSupported);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(to_host(d_ids), std::vector<int>(rows * k, -5));
 }
 
 TEST(Device, BudgetRoundsMatchHost) {

@@ -73,7 +73,8 @@ struct layout_case {
 
 /// One call on the device and on the host with the same layout arrays; ids and layout bitwise.
 template <class IdT>
-void check_call(entry which, const layout_case& c, std::uint32_t seed) {
+void check_call(entry which, const layout_case& c, std::uint32_t seed,
+                lynx::detail::decode_choice choice = lynx::detail::decode_choice::automatic) {
   auto p = lynx_test::params(c.n, c.k, 3.0f, 2);
   p.kind = c.kind;
   if (c.kind == lynx::policy::budget) p.budget_fraction = 0.6f;
@@ -104,8 +105,11 @@ void check_call(entry which, const layout_case& c, std::uint32_t seed) {
             cudaSuccess);
   thrust::device_vector<char> ws(bytes);
   void* w_ptr = thrust::raw_pointer_cast(ws.data());
-  ASSERT_EQ(which == entry::route ? lynx::route(w_ptr, bytes, db, p, dl.ref) : lynx::topk_route(w_ptr, bytes, db, p, dl.ref),
-            cudaSuccess);
+  const cudaError_t e = which == entry::route ? lynx::detail::route_with(choice, w_ptr, bytes, db, p, dl.ref, cudaStream_t{})
+                                              : lynx::topk_route(w_ptr, bytes, db, p, dl.ref);
+  if (e == cudaErrorNotSupported && choice == lynx::detail::decode_choice::grid)
+    GTEST_SKIP() << "this device cannot hold the grid path's blocks at once";
+  ASSERT_EQ(e, cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   d_ids_host = to_host(d_ids);
   if (c.valid > 0) EXPECT_EQ(d_ids_host, ids) << "ids";
@@ -132,6 +136,19 @@ TEST(DeviceLayout, RouteWritesTheHostLayout) {
     ASSERT_NO_FATAL_FAILURE(check_call<std::int32_t>(entry::route, c, seed++));
   }
   ASSERT_NO_FATAL_FAILURE(check_call<std::int64_t>(entry::route, route_cases[1], 99));
+}
+
+TEST(DeviceLayout, GridPathWritesTheHostLayout) {
+  // The grid path's last block writes the layout (lynx::detail::route_with forces the path).
+  SKIP_WITHOUT_DEVICE();
+  std::uint32_t seed = 40;
+  for (const auto& c : route_cases) {
+    if (c.kind == lynx::policy::budget || c.rows > 512) continue;
+    SCOPED_TRACE(testing::Message() << "n " << c.n << " k " << c.k << " rows " << c.rows << " valid " << c.valid);
+    ASSERT_NO_FATAL_FAILURE(check_call<std::int32_t>(entry::route, c, seed++, lynx::detail::decode_choice::grid));
+  }
+  ASSERT_NO_FATAL_FAILURE(
+      check_call<std::int64_t>(entry::route, route_cases[2], 77, lynx::detail::decode_choice::grid));
 }
 
 TEST(DeviceLayout, TopkRouteWritesTheHostLayout) {

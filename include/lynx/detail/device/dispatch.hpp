@@ -117,6 +117,10 @@ inline route_path choose_decode_path(const route_params& p, int num_rows, int re
                                                                                         : route_path::fused;
 }
 
+/// Which decode path lynx::route's body takes: its own choice, or (the device tests, on any
+/// build) the grid path wherever the policy allows it and it fits, else cudaErrorNotSupported.
+enum class decode_choice { automatic, grid };
+
 
 inline cudaError_t to_cuda_error(status s) { return s == status::success ? cudaSuccess : cudaErrorInvalidValue; }
 

@@ -51,18 +51,17 @@ cudaError_t route_with(decode_choice choice, void* workspace, std::size_t& works
       constexpr int MaxN = decltype(max_n)::value, K = decltype(max_k)::value;
       const bool try_grid = choice == decode_choice::grid ||
                             (detail::grid_route_enabled && detail::grid_route_policy(p, batch.num_rows));
-      if (try_grid) {
-        if (detail::choose_decode_path(p, batch.num_rows, detail::grid_route_resident_blocks<MaxN, K>()) !=
-            detail::route_path::grid) {
-          if (choice == decode_choice::grid) return cudaErrorNotSupported;
-        } else {
-          const std::size_t words =
-              detail::grid_state::size_words(p.num_experts, detail::route_workspace::grid_bins(p));
-          if (const cudaError_t e = cudaMemsetAsync(ws.grid.words, 0, words * sizeof(std::uint32_t), stream);
-              e != cudaSuccess)
-            return e;
-          return detail::launch_grid_route<MaxN, K>(any, p, ws.remap, ws.grid, layout, stream);
-        }
+      const bool grid = try_grid && detail::choose_decode_path(p, batch.num_rows,
+                                                               detail::grid_route_resident_blocks<MaxN, K>()) ==
+                                        detail::route_path::grid;
+      if (choice == decode_choice::grid && !grid) return cudaErrorNotSupported;
+      if (grid) {
+        const std::size_t words =
+            detail::grid_state::size_words(p.num_experts, detail::route_workspace::grid_bins(p));
+        if (const cudaError_t e = cudaMemsetAsync(ws.grid.words, 0, words * sizeof(std::uint32_t), stream);
+            e != cudaSuccess)
+          return e;
+        return detail::launch_grid_route<MaxN, K>(any, p, ws.remap, ws.grid, layout, stream);
       }
       if (router)
         detail::fused_route_kernel<MaxN, K, true>

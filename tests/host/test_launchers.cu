@@ -547,3 +547,28 @@ TEST(Launchers, GridStateLayout) {
 }
 
 }  // namespace
+
+TEST(Launchers, ForcedGridPathRefusesBeforeAnyLaunch) {
+  // route_with(grid) refuses on the host, before any launch or memset, what the grid path does
+  // not take: the budget policy, a model router, more rows than decode sizes.
+  const int n = 64, k = 4;
+  auto router = policy_params(n, k, lynx::policy::lynx);
+  router.router.num_groups = 8, router.router.top_groups = 2;
+  const struct {
+    lynx::route_params p;
+    int rows;
+  } refused[] = {{policy_params(n, k, lynx::policy::budget), 16}, {router, 16},
+                 {policy_params(n, k, lynx::policy::lynx), d::fused_max_rows + 1}};
+  for (const auto& c : refused) {
+    std::vector<float> logits(static_cast<std::size_t>(c.rows) * n), weights(static_cast<std::size_t>(c.rows) * k);
+    std::vector<int> ids(weights.size());
+    const lynx::batch_ref<float, int> batch{logits.data(), n, c.rows, c.rows, ids.data(), weights.data()};
+    std::size_t bytes = 0;
+    ASSERT_EQ(d::route_with(d::decode_choice::grid, nullptr, bytes, batch, c.p, lynx::sorted_layout_ref{}, cudaStream_t{}),
+              cudaSuccess);  // the size query still answers
+    std::vector<char> ws(bytes);
+    EXPECT_EQ(d::route_with(d::decode_choice::grid, ws.data(), bytes, batch, c.p, lynx::sorted_layout_ref{}, cudaStream_t{}),
+              cudaErrorNotSupported)
+        << "kind " << int(c.p.kind) << " rows " << c.rows;
+  }
+}

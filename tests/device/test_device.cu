@@ -312,13 +312,12 @@ TEST(Device, GridPathRefusesWhatItDoesNotTake) {
   EXPECT_EQ(to_host(d_ids), std::vector<int>(rows * k, -5));
 }
 
-TEST(Device, BudgetRoundsMatchHost) {
-  // Where its shares are in global memory, the device's budget greedy takes several steps per
-  // round (block_budget's take_run); the host takes one at a time. The same K, ids and
-  // weights, with tied gains (quantized logits), sigmoid scores, the mass mode, rounds that move
-  // more tokens than their list holds (300 and 700 rows), the anchors' phase (a limit below the
-  // anchors, shares in shared memory: a step per round), and more rows than a round tracks
-  // (1100: a step per round, on the stage path).
+TEST(Device, BudgetGreedyMatchesHost) {
+  // The device's budget greedy (a thread per candidate, gains in registers, only the moved
+  // tokens' terms replaced per step) against the host's lazy greedy: the same K, ids and weights, with tied
+  // gains (quantized logits), sigmoid scores, the mass mode, shares in global memory (300 and
+  // 700 rows on the fused path), the anchors' phase (a limit below the anchors) and the stage
+  // path (1100 rows).
   SKIP_WITHOUT_DEVICE();
   struct budget_case {
     int n, k, rows;

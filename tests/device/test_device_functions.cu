@@ -296,4 +296,58 @@ TEST(DeviceFunctions, BlockLevelMatchesHost) {
   check_block_functions<512>(9);
 }
 
+/// detail::warp_gain_argmax in one warp, both ways (packed keys and the wide compare), for the
+/// lanes' candidates (gain[lane], id[lane]; id < 0: none).
+__global__ void gain_argmax_kernel(const std::uint64_t* gain, const int* id, bool packed, std::uint64_t* out_gain,
+                                   int* out_id, int* found) {
+  const int lane = threadIdx.x;
+  std::uint64_t g = gain[lane];
+  int c = id[lane];
+  const bool any = d::warp_gain_argmax(packed, g, c);
+  out_gain[lane] = g;
+  out_id[lane] = c;
+  found[lane] = any;
+}
+
+TEST(DeviceFunctions, GainArgmaxTakesTheLargerGainThenTheLowerId) {
+  // The budget greedy's step choice: the packed 64-bit key (gains below 2^47) and the wide
+  // compare (any gain) must both give the host's order (detail::gain_before), with tied gains,
+  // lanes without a candidate, gains of 0, and none at all.
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 40; ++trial) {
+    const bool wide_only = trial % 4 == 3;  // gains up to 2^62: only the wide compare may take them
+    std::vector<std::uint64_t> gain(32);
+    std::vector<int> id(32);
+    for (int lane = 0; lane < 32; ++lane) {
+      const std::uint64_t big = wide_only ? (std::uint64_t{1} << 62) : (std::uint64_t{1} << 46);
+      gain[lane] = trial % 5 == 0 ? 0 : (rng() % 3 == 0 ? big - 7 : rng() % (big / 4 + 1)) / (trial % 2 ? 1 : 1 << 20);
+      id[lane] = trial == 7 || rng() % 5 == 0 ? -1 : lane + 32 * static_cast<int>(rng() % 8);
+    }
+    bool want_found = false;
+    std::uint64_t want_g = 0;
+    int want_c = -1;
+    for (int lane = 0; lane < 32; ++lane)
+      if (id[lane] >= 0 && (!want_found || d::gain_before(gain[lane], id[lane], want_g, want_c)))
+        want_found = true, want_g = gain[lane], want_c = id[lane];
+    for (const bool packed : {false, true}) {
+      if (packed && wide_only) continue;
+      dev<std::uint64_t> d_gain(gain), out_gain(32);
+      dev<int> d_id(id), out_id(32), found(32);
+      gain_argmax_kernel<<<1, 32>>>(d_gain.p, d_id.p, packed, out_gain.p, out_id.p, found.p);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto g = out_gain.get();
+      const auto c = out_id.get();
+      const auto f = found.get();
+      for (int lane = 0; lane < 32; ++lane) {
+        SCOPED_TRACE(testing::Message() << "trial " << trial << " packed " << packed << " lane " << lane);
+        ASSERT_EQ(f[lane] != 0, want_found);
+        if (!want_found) continue;
+        EXPECT_EQ(g[lane], want_g);
+        EXPECT_EQ(c[lane], want_c);
+      }
+    }
+  }
+}
+
 }  // namespace

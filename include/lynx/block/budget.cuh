@@ -1,18 +1,16 @@
 #pragma once
 // lynx::block_budget: the budget policy's greedy choice of K (detail/budget.hpp) by one thread
-// block: the host path's steps, sums and ties, so the set is bitwise the host's.
+// block: the host path's steps and ties, so the set is bitwise the host's.
 //
-// The objective, the batch's retained router mass, is a sum over tokens, and each expert's gain
-// is a float sum over tokens in token order, by the thread that owns the expert: to stay the
-// host's, it keeps that order. The block computes the shares (a warp per token, token-major, in
-// shared memory when they fit), inserts K0 by a top-k inside it, and sums the batch's mass; then
-// only the warps that hold candidates work, in rounds between named barriers of their own: every
-// candidate's fresh sum, then the best joins K and every token's k best shares are updated.
-// Where the shares are in shared memory a round is one step, taken by every stepping thread (a
-// max over the warps' winners; the tokens updated in parallel). Where they are in global memory
-// (T·N beyond the TempStorage), a round's sums are a long chain of global loads, so warp 0 takes
-// the best and goes on with each next best whose sum the steps so far provably left unchanged
-// (take_run). Grouping did not pay in shared memory (simulator: bench/README.md).
+// Gains are exact integer sums (detail/budget.hpp's gain grid), so no step depends on the order
+// of their terms. The block computes the shares (a warp per token, token-major, in shared memory
+// when they fit, else in the global scratch), inserts K0 by a top-k inside it, and adds each
+// token's gain terms into the candidates' gains with shared-memory atomics. Then the warps that
+// own candidates (a thread per expert, its gains in registers) take every step between two
+// named barriers (id 1, over those warps only): each thread replaces only the terms of the
+// tokens whose k-th best share inside K the last step moved, a (gain, id) argmax over the
+// warps, and a thread per token inserts the chosen expert's share. A caller that composes
+// block_budget must not use barrier 1 in the warps that run it at the same time.
 
 #include <cstdint>
 
@@ -26,9 +24,39 @@
 
 namespace lynx {
 
+namespace detail {
+
+/// The warp's best candidate of every lane's (g: its gain, c: its id, c < 0: none): the larger
+/// gain, then the lower id, into g and c of every lane. Returns false when no lane has one.
+/// packed: every g is below 2^47, so one 64-bit max of (g + 1, 0xFFFF - c) keys decides (its
+/// high word first, warp_max_key); else the largest g, then the lowest id among its holders.
+__device__ __forceinline__ bool warp_gain_argmax(bool packed, gain_t& g, int& c) {
+  if (packed) {
+    const std::uint64_t key = c < 0 ? 0 : ((g + 1) << 16) | static_cast<std::uint64_t>(0xFFFF - c);
+    const std::uint64_t best = warp_max_key(key);
+    if (best == 0) return false;
+    g = (best >> 16) - 1;
+    c = key_expert(best);
+    return true;
+  }
+  const std::uint64_t top = warp_max(c < 0 ? gain_t{0} : g + 1);
+  if (top == 0) return false;
+  int lowest = c >= 0 && g + 1 == top ? c : 0x7FFFFFFF;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const int other = __shfl_xor_sync(full_mask, lowest, o);
+    lowest = other < lowest ? other : lowest;
+  }
+  g = top - 1;
+  c = lowest;
+  return true;
+}
+
+}  // namespace detail
+
 /// Global scratch of one greedy: share[t * n + e] (token-major), top[t * k + j] (each token's
-/// k best shares inside K, descending) and kth[t] (the k-th of them; used only beyond MaxRows
-/// rows, in shared memory otherwise).
+/// k best shares inside K, descending) and kth[t] (the k-th of them), used when the batch does
+/// not fit in the TempStorage.
 struct budget_scratch {
   float* share;
   float* top;
@@ -40,20 +68,26 @@ struct budget_scratch {
 template <int MaxN, int K, int BlockThreads, int MaxRows = 512, int ShareCapacity = 5120, int TopCapacity = 2048>
 class block_budget {
   static constexpr int warps = BlockThreads / 32;
-  static constexpr int max_moved = 64;  // tokens a round may move before it must end
-  static_assert(MaxN >= warps, "key[] holds each warp's best");
+  static constexpr int per_lane = MaxN / 32;
+  static constexpr int per_thread = (MaxN + BlockThreads - 1) / BlockThreads;  // candidates a stepping thread owns
+  static constexpr int max_moved = 64;  // a longer list: the next step sums every gain afresh
+  using gain_t = detail::gain_t;
 
  public:
   struct TempStorage {
-    float kth[MaxRows];            // each token's k-th best share inside K
-    float share[ShareCapacity];    // share[t * n + e]
-    float top[TopCapacity];        // top[t * k + j]
-    std::uint64_t key[MaxN];       // a round's fresh gain key of each candidate, 0 for the others
-                                   // (a step per round: each warp's best, in key[warp])
-    int moved_row[max_moved];      // the tokens whose kth moved in the round,
-    float moved_kth[max_moved];    // and their kth at its start
-    float total;
-    int voters, plain_unique, size, bulk, phase_done;
+    float kth[MaxRows];          // each token's k-th best share inside K
+    float share[ShareCapacity];  // share[t * n + e]
+    float top[TopCapacity];      // top[t * k + j]
+    gain_t gain[MaxN];           // every expert's gain for K0, summed by the block
+    gain_t total;                // the batch's retained mass for K (K0's, then each step's)
+    gain_t target;               // the mass mode's target for it (budget_mass times the voters)
+    int limit;                   // the count limit (budget_limit)
+    gain_t warp_gain[warps];     // a step's best candidate of each stepping warp,
+    int warp_best[warps];        // and its id (-1: none)
+    int moved_count[2];          // the tokens whose k-th moved in a step (two steps' lists
+    int moved_row[2][max_moved];   // alternate, so that one is read while the next is
+    float moved_kth[2][max_moved]; // written), and their k-th before it
+    int size, bulk;
   };
 
   __device__ __forceinline__ explicit block_budget(TempStorage& temp) : temp_(temp) {}
@@ -77,41 +111,44 @@ class block_budget {
         size += __popc(active[w]);
         with_anchors += __popc(active[w] | anchors[w]);
       }
-      temp_.voters = voters;
-      temp_.plain_unique = unique;
       const int limit = detail::budget_limit(p.budget_experts, p.budget_fraction, unique, n, k);
+      temp_.limit = limit;
+      temp_.target = detail::to_gain(p.budget_mass * static_cast<float>(voters));
       temp_.bulk = with_anchors <= limit;  // then every anchor joins K0 at once
       temp_.size = temp_.bulk ? with_anchors : size;
       if (temp_.bulk)
         for (int w = 0; w < (n + 31) / 32; ++w) active[w] |= anchors[w];
+      temp_.total = 0;
+      temp_.moved_count[0] = temp_.moved_count[1] = 0;  // the first step updates nothing
     }
+    for (int e = threadIdx.x; e < MaxN; e += BlockThreads) temp_.gain[e] = 0;
     __syncthreads();
     // Shared memory where the batch fits, else the global scratch: two instantiations of the
     // rest, so that every access has its address space (a generic pointer would cost each load).
     const bool fits = rows <= MaxRows && static_cast<std::size_t>(rows) * n <= ShareCapacity &&
                       static_cast<std::size_t>(rows) * k <= TopCapacity;
     if (fits)
-      greedy(load_row, rows, votes, plain, p, anchors, active, temp_.share, temp_.top, temp_.kth, false);
+      greedy(load_row, rows, votes, plain, p, anchors, active, temp_.share, temp_.top, temp_.kth);
     else
-      greedy(load_row, rows, votes, plain, p, anchors, active, ws.share, ws.top, ws.kth, true);
+      greedy(load_row, rows, votes, plain, p, anchors, active, ws.share, ws.top, ws.kth);
     __syncthreads();
   }
 
  private:
-  /// After the counts: the shares, K0's insertion, the batch's mass, the steps and the fill,
-  /// with share, top and kth in one memory space.
+  /// After the counts: the shares, K0's insertion, the first gains and mass, the steps and the
+  /// fill, with share, top and kth in one memory space.
   template <class RowLoader>
   __device__ __forceinline__ void greedy(RowLoader& load_row, int rows, const std::uint8_t* votes,
                                          const std::uint64_t* plain, const route_params& p,
                                          const std::uint32_t* anchors, std::uint32_t* active, float* share,
-                                         float* top_all, float* kth, bool many_steps) {
+                                         float* top_all, float* kth) {
     const int n = p.num_experts, k = p.top_k, lane = detail::lane_id(), warp = threadIdx.x / 32;
     const bool biased = p.router.bias != nullptr;
-    int size = temp_.size;
     // Shares and K0's insertion, a warp per voting token: K0's best shares are those of the
     // token's best logits inside K0 (exp_f32 and scaled_sigmoid are monotone), as on the host.
+    // Then the token's terms of every gain and of the batch's mass.
     for (int t = warp; t < rows; t += warps) {
-      if (!votes[t]) {  // zero shares and kth: every gain term of the row is +0, as if it were skipped
+      if (!votes[t]) {  // zero shares and kth: every gain term of the row is 0, as if it were skipped
         for (int e = lane; e < n; e += 32) share[static_cast<std::size_t>(t) * n + e] = 0.0f;
         if (lane < k) top_all[static_cast<std::size_t>(t) * k + lane] = 0.0f;
         if (lane == 0) kth[t] = 0.0f;
@@ -135,7 +172,7 @@ class block_budget {
       const auto share_of = [&](std::uint64_t key) { return detail::select_f32(sum > 0.0f, value(key) / sum, 0.0f); };
       float* st = share + static_cast<std::size_t>(t) * n;
 #pragma unroll
-      for (int i = 0; i < MaxN / 32; ++i) {
+      for (int i = 0; i < per_lane; ++i) {
         const int e = warp_row<MaxN>::expert(i);
         if (e < n) st[e] = share_of(row.key[i]);
       }
@@ -144,87 +181,151 @@ class block_budget {
       const std::uint64_t best = warp_topk_in<K>(row, active, pk, k);
       float top = 0.0f;
       if (lane < k && best && detail::test_bit(active, detail::key_expert(best))) {
-        const float sh = share_of(best);
-        top = sh > 0.0f ? sh : 0.0f;  // share_insert never takes 0 or NaN
+        const float s = share_of(best);
+        top = s > 0.0f ? s : 0.0f;  // share_insert never takes 0 or NaN
       }
       if (lane < k) top_all[static_cast<std::size_t>(t) * k + lane] = top;
-      if (lane == k - 1) kth[t] = top;
+      const float kt = __shfl_sync(detail::full_mask, top, k - 1);
+      if (lane == 0) kth[t] = kt;
+      // The shares again, as this lane wrote them (kept in registers, they would spill).
+#pragma unroll
+      for (int i = 0; i < per_lane; ++i) {
+        const int e = warp_row<MaxN>::expert(i);
+        const gain_t g = e < n ? detail::share_gain(st[e], kt) : gain_t{0};
+        if (g) atomicAdd(reinterpret_cast<unsigned long long*>(&temp_.gain[e]), g);
+      }
+      const gain_t mass = warp_sum64(lane < k ? detail::to_gain(top) : gain_t{0});
+      if (lane == 0 && mass) atomicAdd(reinterpret_cast<unsigned long long*>(&temp_.total), mass);
     }
     __syncthreads();
-    if (threadIdx.x == 0) {  // the batch's retained mass, token by token as the host sums it
-      float total = 0.0f;
-      for (int t = 0; t < rows; ++t)
-        if (votes[t])
-          for (int j = 0; j < k; ++j) total += top_all[static_cast<std::size_t>(t) * k + j];
-      temp_.total = total;
-    }
-    __syncthreads();
-    // The rounds, by the warps that hold candidates (a thread per expert); the others wait at
-    // the caller's barrier. Between them, a named barrier of just those warps.
+    steps(rows, votes, plain, p, anchors, active, share, top_all, kth);
+  }
+
+  /// The steps, by the warps that own candidates (thread j: experts j, j + S, ..., S stepping
+  /// threads; the others wait at the caller's barrier), between named barriers of their own.
+  /// A step: every thread replaces its candidates' terms of the tokens the last step moved (all
+  /// of its gains summed afresh when that list overflowed) and keeps its best; each warp's best
+  /// to shared memory; barrier; every thread takes the best of the warps' (the host's argmax),
+  /// and the tokens (a thread each) insert its share into their k best inside K, listing those
+  /// whose k-th moved; barrier. As the host's: to the limit, or in mass mode to the target, but
+  /// not below k experts; where the gains vanish below k, the rows' plain top-k fill K.
+  __device__ __forceinline__ void steps(int rows, const std::uint8_t* votes, const std::uint64_t* plain,
+                                        const route_params& p, const std::uint32_t* anchors,
+                                        std::uint32_t* active, const float* share, float* top_all, float* kth) {
+    const int n = p.num_experts, k = p.top_k, lane = detail::lane_id(), warp = threadIdx.x / 32;
     const int stepping = n < BlockThreads ? (n + 31) / 32 : warps, threads = 32 * stepping;
     if (warp >= stepping) return;
     const auto barrier = [threads] { asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory"); };
-    float total = temp_.total;
-    const int limit = detail::budget_limit(p.budget_experts, p.budget_fraction, temp_.plain_unique, n, k);
-    const float target = p.budget_mass * static_cast<float>(temp_.voters);
-    for (int phase = temp_.bulk ? 1 : 0; phase < 2; ++phase)
-      for (;;) {
-        // As the host's: to the limit, or in mass mode to the target, but not below k experts
-        // (the fill follows where the gains vanish first).
-        if (stops(size, total, phase, limit, target, p)) break;
-        std::uint64_t mine = 0;  // (a step per round: the best of this thread's candidates)
-        for (int e = threadIdx.x; e < n; e += threads) {  // every candidate's fresh gain
-          std::uint64_t key = 0;
-          if (!detail::test_bit(active, e) && (phase == 1 || detail::test_bit(anchors, e))) {
-            float g = 0.0f;  // non-voting rows add +0 (zero shares and kth), which changes no sum
-            const float* se = share + e;
-            int t = 0;
-            for (; t + 8 <= rows; t += 8) {  // eight tokens' loads issued before their sums
-              float s8[8], k8[8];
+    // temp_.gain[e], fresh at every step, is thread e % threads's own (shared memory rather than
+    // registers: at 1024 threads the row kept for the final pass holds most of them).
+    gain_t* const gain = temp_.gain;
+    gain_t most = 0;
 #pragma unroll
-              for (int u = 0; u < 8; ++u) s8[u] = se[static_cast<std::size_t>(t + u) * n];
+    for (int j = 0; j < per_thread; ++j) {
+      const int e = threadIdx.x + threads * j;
+      const gain_t g = e < n ? gain[e] : 0;
+      most = g > most ? g : most;
+    }
+    // Gains only shrink: if a warp's all fit in 47 bits now, a 64-bit key orders them to the end.
+    const bool packed = __all_sync(detail::full_mask, most < (gain_t{1} << 47));
+    // The steps' uniform state (the mass, the limits) stays in shared memory: registers are
+    // scarce at 1024 threads. Thread 0 adds each step's gain to the mass after the first
+    // barrier; every thread reads it after the second.
+    int size = temp_.size, step = 0;  // step: the steps taken (its parity picks the moved list)
+    for (int phase = temp_.bulk ? 1 : 0; phase < 2; ++phase) {
+      std::uint32_t open = 0;  // bit j: expert threadIdx.x + threads * j is a candidate of this phase
 #pragma unroll
-              for (int u = 0; u < 8; ++u) k8[u] = kth[t + u];
-#pragma unroll
-              for (int u = 0; u < 8; ++u) g += detail::share_gain(s8[u], k8[u]);
-            }
-            for (; t < rows; ++t) g += detail::share_gain(se[static_cast<std::size_t>(t) * n], kth[t]);
-            key = detail::gain_key(g, e);
-          }
-          if (many_steps) temp_.key[e] = key;
-          else mine = key > mine ? key : mine;
-        }
-        if (!many_steps) {  // each warp's best
-          mine = detail::warp_max(mine);
-          if (lane == 0) temp_.key[warp] = mine;
-        }
-        barrier();
-        if (!many_steps) {  // one step: every thread takes the best of the warps' own
-          std::uint64_t best = 0;
-          for (int w = 0; w < stepping; ++w) best = temp_.key[w] > best ? temp_.key[w] : best;
-          const float gain = detail::unordered_float(static_cast<std::uint32_t>(best >> 16));
-          if (best == 0 || (phase == 1 && !(gain > 0.0f))) break;
-          const int c = detail::key_expert(best);
-          if (threadIdx.x == 0) detail::set_bit(active, c);
-          ++size;
-          total += gain;
-          for (int t = threadIdx.x; t < rows; t += threads) {  // every token's k best shares inside K
-            const float sh = share[static_cast<std::size_t>(t) * n + c];
-            if (sh > kth[t]) {
-              float* tt = top_all + static_cast<std::size_t>(t) * k;
-              detail::share_insert(tt, k, sh);
-              kth[t] = tt[k - 1];
-            }
-          }
-          barrier();
-          continue;
-        }
-        if (warp == 0) take_run(rows, phase, limit, target, p, share, top_all, kth, active, size, total);
-        barrier();
-        size = temp_.size;
-        total = temp_.total;
-        if (temp_.phase_done) break;
+      for (int j = 0; j < per_thread; ++j) {
+        const int e = threadIdx.x + threads * j;
+        if (e < n && !detail::test_bit(active, e) && (phase == 1 || detail::test_bit(anchors, e))) open |= 1u << j;
       }
+      while (!(size >= temp_.limit ||
+               (phase == 1 && size >= k && p.budget_mass > 0.0f && !(temp_.total < temp_.target)))) {
+        // The last step's moved tokens: each replaces its terms of every gain.
+        const int list = step & 1, moved = temp_.moved_count[list];
+        if (moved <= max_moved) {
+#pragma unroll 1  // a few tokens a step; unrolled, their temporaries would spill at 64 registers
+          for (int i = 0; i < moved; ++i) {
+            const int t = temp_.moved_row[list][i];
+            const float was = temp_.moved_kth[list][i], now = kth[t];
+            const float* st = share + static_cast<std::size_t>(t) * n;
+#pragma unroll
+            for (int j = 0; j < per_thread; ++j) {
+              const int e = threadIdx.x + threads * j;
+              if (e < n) {
+                const float s = st[e];
+                gain[e] -= detail::share_gain(s, was) - detail::share_gain(s, now);
+              }
+            }
+          }
+        } else {  // too many to list: every gain afresh (an exact sum: the same in any order)
+#pragma unroll
+          for (int j = 0; j < per_thread; ++j) {
+            const int e = threadIdx.x + threads * j;
+            gain_t g = 0;
+            if (e < n) {
+#pragma unroll 1
+              for (int t = 0; t < rows; ++t) g += detail::share_gain(share[static_cast<std::size_t>(t) * n + e], kth[t]);
+              gain[e] = g;
+            }
+          }
+        }
+        gain_t g = 0;  // this thread's best candidate (ascending ids: the first of equal gains)
+        int c = -1;
+#pragma unroll
+        for (int j = 0; j < per_thread; ++j) {
+          const int e = threadIdx.x + threads * j;
+          if ((open >> j) & 1u) {  // open: e < n
+            const gain_t ge = gain[e];
+            if (c < 0 || ge > g) g = ge, c = e;
+          }
+        }
+        detail::warp_gain_argmax(packed, g, c);
+        if (lane == 0) {
+          temp_.warp_gain[warp] = g;
+          temp_.warp_best[warp] = c;
+        }
+        barrier();
+        g = 0;
+        c = -1;
+#pragma unroll 1
+        for (int w = 0; w < stepping; ++w) {  // the host's argmax: the larger gain, then the lower id
+          const int cw = temp_.warp_best[w];
+          const gain_t gw = temp_.warp_gain[w];
+          if (cw >= 0 && (c < 0 || detail::gain_before(gw, cw, g, c))) g = gw, c = cw;
+        }
+        // The list just applied is empty again (read before the barrier above): a step that
+        // ends the phase leaves the next phase's first step nothing to apply twice.
+        if (threadIdx.x == 0) temp_.moved_count[list] = 0;
+        if (c < 0 || (phase == 1 && g == 0)) break;
+        if (threadIdx.x == (c % threads)) open &= ~(1u << (c / threads));
+        if (threadIdx.x == 0) {
+          detail::set_bit(active, c);
+          temp_.total += g;
+        }
+        ++size;
+        const int next = list ^ 1;
+        // Every token's k best shares inside K (a thread each); the moved ones are listed.
+#pragma unroll 1
+        for (int t = threadIdx.x; t < rows; t += threads) {
+          const float s = share[static_cast<std::size_t>(t) * n + c], was = kth[t];
+          if (s > was) {
+            const float now = detail::share_insert_k<K>(top_all + static_cast<std::size_t>(t) * k, k, s);
+            if (now != was) {
+              kth[t] = now;
+              const int at = atomicAdd(&temp_.moved_count[next], 1);
+              if (at < max_moved) {
+                temp_.moved_row[next][at] = t;
+                temp_.moved_kth[next][at] = was;
+              }
+            }
+          }
+        }
+        ++step;
+        barrier();
+      }
+      barrier();  // a step that ended the phase: its warp results are read before the next writes
+    }
     // The gains vanished below k experts (every share left underflows): K takes the rows' plain
     // top-k in turn, as the host's fill_from_plain.
     if (threadIdx.x == 0 && size < k)
@@ -239,86 +340,10 @@ class block_budget {
           }
   }
 
-  static __device__ __forceinline__ bool stops(int size, float total, int phase, int limit, float target,
-                                               const route_params& p) {
-    return size >= limit || (phase == 1 && size >= p.top_k && p.budget_mass > 0.0f && !(total < target));
-  }
-
-  /// One round's steps, by warp 0, from the round's fresh keys (temp_.key): the best candidate
-  /// joins K, and so does each next best while its gain is provably still fresh, so that the
-  /// steps are the host's one-at-a-time greedy exactly. Every other gain can only have
-  /// shrunk (each term share_gain(s, kth) falls as kth grows, and fp32 addition is monotone), so
-  /// the next key of the round is the next step's argmax if its own sum is unchanged: it is when
-  /// none of the tokens whose kth moved in this round had a positive term in it (its other terms
-  /// are those of the round's sum, and a term that was +0 stays +0). The moved tokens and
-  /// their kth at the round's start are kept in a short list; a full list ends the round.
-  /// Leaves size, total and whether the phase ended in temp_.
-  __device__ __forceinline__ void take_run(int rows, int phase, int limit, float target, const route_params& p,
-                                           const float* share, float* top_all, float* kth, std::uint32_t* active,
-                                           int size, float total) {
-    const int n = p.num_experts, k = p.top_k, lane = detail::lane_id();
-    const bool tracked = rows <= 32 * 32;  // a bit per token in `moved`; else a step per round
-    std::uint64_t mine = 0;                // the best key among this lane's experts (e % 32 == lane)
-    for (int e = lane; e < n; e += 32) mine = temp_.key[e] > mine ? temp_.key[e] : mine;
-    std::uint32_t moved = 0;  // bit j: token lane + 32 j is on the list
-    int listed = 0;           // tokens whose kth moved (may pass max_moved: then the round ends)
-    bool done = false;
-    for (int step = 0;; ++step) {
-      const std::uint64_t best = detail::warp_max(mine);
-      const float gain = detail::unordered_float(static_cast<std::uint32_t>(best >> 16));
-      if (best == 0 || (phase == 1 && !(gain > 0.0f))) {
-        done = true;
-        break;
-      }
-      const int c = detail::key_expert(best);
-      if (step > 0) {
-        if (!tracked || listed > max_moved || stops(size, total, phase, limit, target, p)) break;
-        bool fresh = true;
-        for (int i = lane; i < listed; i += 32)
-          fresh &= !(share[static_cast<std::size_t>(temp_.moved_row[i]) * n + c] > temp_.moved_kth[i]);
-        if (!__all_sync(detail::full_mask, fresh)) break;
-      }
-      if (lane == 0) detail::set_bit(active, c);
-      ++size;
-      total += gain;
-      for (int j = 0; 32 * j < rows; ++j) {  // every token's k best shares inside K (a lane's own tokens)
-        const int t = lane + 32 * j;
-        bool listing = false;
-        float was = 0.0f;
-        if (t < rows) {
-          const float sh = share[static_cast<std::size_t>(t) * n + c];
-          was = kth[t];
-          if (sh > was) {
-            float* tt = top_all + static_cast<std::size_t>(t) * k;
-            detail::share_insert(tt, k, sh);
-            kth[t] = tt[k - 1];
-            listing = tracked && tt[k - 1] != was && !((moved >> (j & 31)) & 1u);
-          }
-        }
-        const unsigned ballot = __ballot_sync(detail::full_mask, listing);
-        if (listing) {
-          const int at = listed + __popc(ballot & ((1u << lane) - 1u));
-          if (at < max_moved) {
-            temp_.moved_row[at] = t;
-            temp_.moved_kth[at] = was;
-          }
-          moved |= 1u << (j & 31);
-        }
-        listed += __popc(ballot);
-      }
-      if (!tracked) break;
-      if (lane == (c & 31)) {  // c leaves the candidates
-        temp_.key[c] = 0;
-        mine = 0;
-        for (int e = lane; e < n; e += 32) mine = temp_.key[e] > mine ? temp_.key[e] : mine;
-      }
-      __syncwarp();
-    }
-    if (lane == 0) {
-      temp_.size = size;
-      temp_.total = total;
-      temp_.phase_done = done;
-    }
+  static __device__ __forceinline__ gain_t warp_sum64(gain_t v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(detail::full_mask, v, o);
+    return v;
   }
 
   TempStorage& temp_;

@@ -102,16 +102,25 @@ class block_route {
     begin(sets, score, lynx_policy);
     // With at most a row per warp, each warp keeps its row and plain top-k in registers from
     // phase to phase (up to 256 experts: 8 keys a lane); otherwise each phase loads its rows
-    // again (the caller's logits, and the plain keys from the scratch).
-    const bool resident = MaxN <= 256 && rows <= warps;
+    // again (the caller's logits, and the plain keys from the scratch). Not for the budget
+    // policy: its greedy needs those registers (complete_set).
+    const bool resident = MaxN <= 256 && rows <= warps && p.kind != policy::budget;
     warp_row<MaxN> kept;
     std::uint64_t kept_plain = 0;
-    const auto for_voting_rows = [&](auto&& f) {
+    // Where kept is not read again (a phase that loads its rows, or a new row of the first),
+    // clearing it ends its live range, so its registers serve the row in hand (no spill at
+    // sm_90); a constant costs no register.
+    const auto forget_kept = [&] {
+      kept = warp_row<MaxN>{};
+      kept_plain = 0;
+    };
+    const auto for_voting_rows = [&](bool keep, auto&& f) {
       for (int t = warp; t < rows; t += warps) {
         if (!temp_.votes[t]) continue;
-        if (resident) {
+        if (keep) {
           f(t, kept, kept_plain);
         } else {
+          forget_kept();
           warp_row<MaxN> row;
           detail::batch_load(batch, row, t, n, true);
           f(t, row, lane < k ? scratch.plain[static_cast<std::size_t>(t) * k + lane] : std::uint64_t{0});
@@ -120,6 +129,7 @@ class block_route {
     };
     // Every row: its plain top-k (kept for the final top-k), mass, plain experts, bins.
     for (int t = warp; t < rows; t += warps) {
+      forget_kept();  // resident: this warp's only row
       warp_row<MaxN> row;
       detail::batch_load(batch, row, t, n, t < b);
       if (lane == 0) temp_.votes[t] = row.votes();
@@ -142,7 +152,7 @@ class block_route {
     __syncthreads();
     if (lynx_policy) {  // the ranks, then every row's z top-k
       score.ranks(b, temp_.rank);
-      for_voting_rows([&](int t, const warp_row<MaxN>& row, std::uint64_t plain) {
+      for_voting_rows(resident, [&](int t, const warp_row<MaxN>& row, std::uint64_t plain) {
         detail::select_row<K>(plain, detail::is_pinned(batch.pinned, t), p, sets.active(), sets.anchors(), [&] {
           std::int8_t q[MaxN / 32];
           warp_affinity_bin(row, p.alpha, depth, q);
@@ -151,19 +161,23 @@ class block_route {
       });
       __syncthreads();
     }
-    complete_set(sets, rows, p, scratch,
-                 [&](warp_row<MaxN>& row, int t) { detail::batch_load(batch, row, t, n, true); });
-    // Every voting row's top-k inside K and its weights.
-    for_voting_rows([&](int t, const warp_row<MaxN>& row, std::uint64_t plain) {
-      const std::uint64_t chosen = warp_topk_in<K>(row, sets.active(), plain, k);
-      mark_topk(sets.final_set(), chosen, k);
-      detail::batch_emit<K>(batch, t, chosen, k, p, temp_.mass[t]);
-    });
-    finish(batch, sets, p, [&](int t) {
-      const std::uint64_t plain =
-          resident ? kept_plain : (lane < k ? scratch.plain[static_cast<std::size_t>(t) * k + lane] : 0);
-      detail::batch_emit<K>(batch, t, plain, k, p, temp_.mass[t]);
-    });
+    // Every voting row's top-k inside K and its weights, then the decision.
+    const auto tail = [&](bool keep) {
+      for_voting_rows(keep, [&](int t, const warp_row<MaxN>& row, std::uint64_t plain) {
+        const std::uint64_t chosen = warp_topk_in<K>(row, sets.active(), plain, k);
+        mark_topk(sets.final_set(), chosen, k);
+        detail::batch_emit<K>(batch, t, chosen, k, p, temp_.mass[t]);
+      });
+      // The fallback (rare) reads the plain keys from the scratch: kept through the decision,
+      // they would spill at 1024 threads.
+      finish(batch, sets, p, [&](int t) {
+        const std::uint64_t plain = lane < k ? scratch.plain[static_cast<std::size_t>(t) * k + lane] : 0;
+        detail::batch_emit<K>(batch, t, plain, k, p, temp_.mass[t]);
+      });
+    };
+    complete_set(
+        sets, rows, p, scratch, [&](warp_row<MaxN>& row, int t) { detail::batch_load(batch, row, t, n, true); },
+        tail, resident);
   }
 
   /// run with a model router (docs/ROUTERS.md): the same phases on each row's router row
@@ -182,24 +196,31 @@ class block_route {
     score_t score(temp_.policy.score, n, depth + 1);
     begin(sets, score, lynx_policy);
     // As run's: with at most a row per warp, the logits, P and the kept groups stay in
-    // registers; otherwise each phase loads the row again and selects its groups again.
-    const bool resident = MaxN <= 256 && rows <= warps;
+    // registers; otherwise each phase loads the row again and selects its groups again. Not
+    // for the budget policy, as run's.
+    const bool resident = MaxN <= 256 && rows <= warps && p.kind != policy::budget;
     warp_row<MaxN> kept;
     std::uint64_t kept_plain = 0;
     std::uint32_t kept_groups = 0;
+    const auto forget_kept = [&] {  // as run_plain's
+      kept = warp_row<MaxN>{};
+      kept_plain = 0;
+      kept_groups = 0;
+    };
     const auto plain_of = [&](int t) {
       return lane < k ? scratch.plain[static_cast<std::size_t>(t) * k + lane] : std::uint64_t{0};
     };
     // f(t, logits, router row, P) for every voting row.
-    const auto for_voting_rows = [&](auto&& f) {
+    const auto for_voting_rows = [&](bool keep, auto&& f) {
       for (int t = warp; t < rows; t += warps) {
         if (!temp_.votes[t]) continue;
         warp_row<MaxN> choice;
-        if (resident) {
+        if (keep) {
           warp_choice_keys(kept, n, r, kept_groups, choice);
           choice.max = key_logit(topk_slot(kept_plain, 0));
           f(t, kept, choice, kept_plain);
         } else {
+          forget_kept();
           warp_row<MaxN> row;
           detail::batch_load(batch, row, t, n, true);
           warp_router_choice(row, n, r, choice);
@@ -211,6 +232,7 @@ class block_route {
     };
     // Every row: its choice P, mass, P's experts, bins (lynx) or its share of K.
     for (int t = warp; t < rows; t += warps) {
+      forget_kept();  // resident: this warp's only row
       warp_row<MaxN> row;
       detail::batch_load(batch, row, t, n, t < b);
       if (lane == 0) temp_.votes[t] = row.votes();
@@ -235,7 +257,7 @@ class block_route {
     __syncthreads();
     if (lynx_policy) {  // the ranks, then every row's z top-k inside its kept groups
       score.ranks(b, temp_.rank);
-      for_voting_rows([&](int t, const warp_row<MaxN>&, const warp_row<MaxN>& choice, std::uint64_t plain) {
+      for_voting_rows(resident, [&](int t, const warp_row<MaxN>&, const warp_row<MaxN>& choice, std::uint64_t plain) {
         detail::select_row<K>(plain, detail::is_pinned(batch.pinned, t), p, sets.active(), sets.anchors(), [&] {
           std::int8_t q[MaxN / 32];
           warp_router_bins(choice, n, p.alpha, depth, q);
@@ -244,30 +266,30 @@ class block_route {
       });
       __syncthreads();
     }
-    complete_set(sets, rows, p, scratch, [&](warp_row<MaxN>& choice, int t) {
-      warp_row<MaxN> row;
-      detail::batch_load(batch, row, t, n, true);
-      warp_router_choice(row, n, r, choice);
-      choice.max = key_logit(scratch.plain[static_cast<std::size_t>(t) * k]);
-    });
-    // Every voting row's top-k inside K (and its groups, or relaxed) and its weights.
-    for_voting_rows([&](int t, const warp_row<MaxN>& row, const warp_row<MaxN>& choice, std::uint64_t plain) {
-      const std::uint64_t chosen =
-          warp_router_topk_in<K>(row, choice, r, sets.active(), plain, k, detail::is_pinned(batch.pinned, t));
-      mark_topk(sets.final_set(), chosen, k);
-      detail::batch_emit_scaled<K>(batch, t, warp_by_logit<K>(row, chosen, k), k, p, temp_.mass[t]);
-    });
-    finish(batch, sets, p, [&](int t) {
-      std::uint64_t by_logit;
-      if (resident) {
-        by_logit = warp_by_logit<K>(kept, kept_plain, k);
-      } else {
+    // Every voting row's top-k inside K (and its groups, or relaxed) and its weights, then the
+    // decision.
+    const auto tail = [&](bool keep) {
+      for_voting_rows(keep, [&](int t, const warp_row<MaxN>& row, const warp_row<MaxN>& choice, std::uint64_t plain) {
+        const std::uint64_t chosen =
+            warp_router_topk_in<K>(row, choice, r, sets.active(), plain, k, detail::is_pinned(batch.pinned, t));
+        mark_topk(sets.final_set(), chosen, k);
+        detail::batch_emit_scaled<K>(batch, t, warp_by_logit<K>(row, chosen, k), k, p, temp_.mass[t]);
+      });
+      finish(batch, sets, p, [&](int t) {  // the fallback loads its rows again, as run_plain's
         warp_row<MaxN> row;
         detail::batch_load(batch, row, t, n, true);
-        by_logit = warp_by_logit<K>(row, plain_of(t), k);
-      }
-      detail::batch_emit_scaled<K>(batch, t, by_logit, k, p, temp_.mass[t]);
-    });
+        detail::batch_emit_scaled<K>(batch, t, warp_by_logit<K>(row, plain_of(t), k), k, p, temp_.mass[t]);
+      });
+    };
+    complete_set(
+        sets, rows, p, scratch,
+        [&](warp_row<MaxN>& choice, int t) {
+          warp_row<MaxN> row;
+          detail::batch_load(batch, row, t, n, true);
+          warp_router_choice(row, n, r, choice);
+          choice.max = key_logit(scratch.plain[static_cast<std::size_t>(t) * k]);
+        },
+        tail, resident);
   }
 
  private:
@@ -282,18 +304,25 @@ class block_route {
     __syncthreads();
   }
 
-  /// K's last step: the budget's greedy (load_row(row, t) gives row t as the policy sees it),
-  /// or the top-1 anchors added.
-  template <class LoadRow>
+  /// K's last step, then tail(keep): the budget's greedy (load_row(row, t) gives row t as the
+  /// policy sees it), or the top-1 anchors added. Each branch runs its own copy of the tail, so
+  /// that the rows a body keeps in registers (resident) are dead during the greedy, which is
+  /// the hottest code at 64 registers a thread (the budget policy keeps none).
+  template <class LoadRow, class Tail>
   __device__ __forceinline__ void complete_set(sets_t& sets, int rows, const route_params& p,
-                                               route_scratch scratch, LoadRow&& load_row) {
+                                               route_scratch scratch, LoadRow&& load_row, Tail&& tail,
+                                               bool resident) {
     if (p.kind == policy::budget) {
       budget_t(temp_.policy.budget)
           .run(load_row, rows, temp_.votes, scratch.plain, p, sets.plain(), sets.anchors(), sets.active(),
                scratch.budget);
-    } else if (p.anchor_top1) {
-      sets.merge_anchors();
-      __syncthreads();
+      tail(false);
+    } else {
+      if (p.anchor_top1) {
+        sets.merge_anchors();
+        __syncthreads();
+      }
+      tail(resident);
     }
   }
 

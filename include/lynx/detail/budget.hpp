@@ -37,14 +37,24 @@ LYNX_HD float plain_activation_sum(const T* row, float m, const std::uint64_t* p
   return sum;
 }
 
-/// What adding an expert with this share gives a token whose k best shares inside K end in
-/// `kth` (0 while it has fewer than k there).
-/// (share > kth ? share - kth : 0, written as a select: a difference of distinct floats is never
-/// 0 or of the wrong sign, and NaN selects 0 either way.)
-LYNX_HD float share_gain(float share, float kth) {
-  const float d = share - kth;
-  return select_f32(d > 0.0f, d, 0.0f);
+/// A gain, in units of 2^-32 of router mass: each term (a float share difference) is truncated
+/// to that grid and the terms are summed in 64-bit integers. An integer sum is exact, so it is
+/// the same in any order: the device sums and updates gains in parallel (a step updates only
+/// the gains of the tokens it moved) and still agrees bitwise with the host. Terms of at least
+/// 2^-8 are exact on the grid (a float has 24 bits); smaller ones lose what lies below 2^-32.
+using gain_t = std::uint64_t;
+
+/// x >= 0 on the grid (truncated; NaN and x <= 0 give 0). Shares are at most 1; the clamp, far
+/// above that, only keeps the conversion defined.
+LYNX_HD gain_t to_gain(float x) {
+  const float c = x < 1073741824.0f ? x : 1073741824.0f;  // 2^30
+  return x > 0.0f ? static_cast<gain_t>(c * 4294967296.0f /* 2^32 */) : gain_t{0};
 }
+
+/// What adding an expert with this share gives a token whose k best shares inside K end in
+/// `kth` (0 while it has fewer than k there): share - kth when positive, on the gain grid.
+/// (A difference of distinct floats is never 0 or of the wrong sign, and NaN gives 0.)
+LYNX_HD gain_t share_gain(float share, float kth) { return to_gain(share - kth); }
 
 /// Inserts a share into a token's descending list of its k best shares inside K.
 LYNX_HD void share_insert(float* top, int k, float share) {
@@ -55,6 +65,25 @@ LYNX_HD void share_insert(float* top, int k, float share) {
     --i;
   }
   top[i] = share;
+}
+
+/// share_insert for a list of k <= K shares (share above its last), without a data-dependent
+/// loop: slot i takes max(top[i], min(top[i - 1], share)). Returns the new k-th.
+template <int K>
+LYNX_HD float share_insert_k(float* top, int k, float share) {
+  float old[K];
+#pragma unroll
+  for (int i = 0; i < K; ++i) old[i] = i < k ? top[i] : 0.0f;
+  float kth = 0.0f;
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+    if (i >= k) break;
+    const float above = i == 0 ? share : (old[i - 1] < share ? old[i - 1] : share);
+    const float v = old[i] > above ? old[i] : above;
+    top[i] = v;
+    kth = v;
+  }
+  return kth;
 }
 
 /// The size limit for count modes (mass mode: no limit). Never below k, so every token finds
@@ -84,11 +113,8 @@ LYNX_HD int fill_from_plain(const std::uint64_t* plain, int k, Flag* in_active, 
   return size;
 }
 
-/// A greedy candidate's packed key: larger gain first, then the lower id.
-LYNX_HD std::uint64_t gain_key(float gain, int e) {
-  return (static_cast<std::uint64_t>(ordered_bits(gain)) << 16) |
-         static_cast<std::uint64_t>(0xFFFF - e);
-}
+/// The greedy's order on candidates: the larger gain, then the lower id.
+LYNX_HD bool gain_before(gain_t a, int ea, gain_t b, int eb) { return a > b || (a == b && ea < eb); }
 
 }  // namespace detail
 }  // namespace lynx

@@ -292,7 +292,7 @@ __global__ void __launch_bounds__(warp_block_threads, 1)
   });
 }
 
-/// The budget greedy of the per-stage path: one block (its steps run in one warp anyway).
+/// The budget greedy of the per-stage path: one block (a step is a block-level phase).
 inline constexpr int budget_threads = 256;
 template <int MaxN, int K>
 __global__ void __launch_bounds__(budget_threads, 1) budget_kernel(any_batch batch, route_params p, remap_workspace ws) {

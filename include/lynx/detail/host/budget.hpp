@@ -2,6 +2,7 @@
 // The host path's budget greedy: the kernels' steps exactly, with lazy gains.
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "../../params.hpp"
@@ -21,10 +22,11 @@ namespace d = lynx::detail;
 /// greedy would take every anchor first anyway), inserted at once; the batch's mass is then
 /// summed token by token. Then the best marginal gain, anchors first when they did not fit,
 /// until the limit, the target mass, or no gain is left; below k experts, the target does not
-/// stop it, and vanished gains leave the rest to fill_from_plain. The kernel evaluates every gain at
-/// every step; here stale gains serve as upper bounds (lazy greedy). Each term of a gain only
-/// shrinks as K grows and fp32 addition is monotone, so a stale sum bounds the fresh one even
-/// in floating point, and the steps, the ties (lower id) and the sums are the kernel's exactly.
+/// stop it, and vanished gains leave the rest to fill_from_plain. Gains and the batch's mass are
+/// exact sums on the gain grid (detail/budget.hpp), so they do not depend on the order in which
+/// the kernel adds them. The kernel keeps every gain fresh; here stale gains serve as upper
+/// bounds (lazy greedy): each term only shrinks as K grows, so a stale sum bounds the fresh one,
+/// and the steps and the ties (lower id) are the kernel's exactly.
 template <class Isa>
 LYNX_HOST_INLINE void budget_greedy(Isa isa, const float* x, const float* row_m,
                                     const std::uint8_t* votes, int rows, const std::uint8_t* anchors,
@@ -36,8 +38,8 @@ LYNX_HOST_INLINE void budget_greedy(Isa isa, const float* x, const float* row_m,
     if (votes[t]) voters.push_back(t);
   const int v = static_cast<int>(voters.size());
   // share[i * n + e]: token-major, so that the first gains of all experts are one vector pass.
-  std::vector<float> share(static_cast<std::size_t>(v) * n), top(static_cast<std::size_t>(v) * k, 0.0f),
-      kth(v, 0.0f), bound(n, 0.0f);
+  std::vector<float> share(static_cast<std::size_t>(v) * n), top(static_cast<std::size_t>(v) * k, 0.0f), kth(v, 0.0f);
+  std::vector<d::gain_t> bound(n, 0);
   if (given_shares) std::copy_n(given_shares, share.size(), share.begin());
   for (int i = 0; i < v && !given_shares; ++i) {
     const int t = voters[i];
@@ -94,34 +96,38 @@ LYNX_HOST_INLINE void budget_greedy(Isa isa, const float* x, const float* row_m,
       kth[i] = ti[k - 1];
     }
   }
-  float total = 0.0f;
+  d::gain_t total = 0;
   for (int i = 0; i < v; ++i)
-    for (int j = 0; j < k; ++j) total += top[static_cast<std::size_t>(i) * k + j];
+    for (int j = 0; j < k; ++j) total += d::to_gain(top[static_cast<std::size_t>(i) * k + j]);
   const auto gain_of = [&](int e) {
-    float g = 0.0f;
+    d::gain_t g = 0;
     for (int i = 0; i < v; ++i) g += d::share_gain(share[static_cast<std::size_t>(i) * n + e], kth[i]);
     return g;
   };
-  for (int i = 0; i < v; ++i) {  // every gain, token by token: the same sums as gain_of
+  for (int i = 0; i < v; ++i) {  // every gain, token by token
     const float* s = share.data() + static_cast<std::size_t>(i) * n;
     const float ki = kth[i];
     for (int e = 0; e < n; ++e) bound[e] += d::share_gain(s[e], ki);
   }
   std::vector<int> fresh_at(n, size);  // the K size at which bound[e] was computed
-  const float target = p.budget_mass * static_cast<float>(v);
-  std::vector<std::uint64_t> heap;  // candidates by gain_key of their bound: the argmax in O(log N)
+  const d::gain_t target = d::to_gain(p.budget_mass * static_cast<float>(v));
+  // Candidates by their bound, then the lower id, the greatest on top: the argmax in O(log N).
+  const auto below = [](const std::pair<d::gain_t, int>& a, const std::pair<d::gain_t, int>& b) {
+    return d::gain_before(b.first, b.second, a.first, a.second);
+  };
+  std::vector<std::pair<d::gain_t, int>> heap;
   for (int phase = bulk ? 1 : 0; phase < 2; ++phase) {
     heap.clear();
     for (int e = 0; e < n; ++e)
-      if (!in_active[e] && (phase == 1 || anchors[e])) heap.push_back(d::gain_key(bound[e], e));
-    std::make_heap(heap.begin(), heap.end());
+      if (!in_active[e] && (phase == 1 || anchors[e])) heap.emplace_back(bound[e], e);
+    std::make_heap(heap.begin(), heap.end(), below);
     // To the limit, or in mass mode to the target, but not below k experts: with fewer, every
     // token would fill its top-k from outside K, and a count limit would break.
     while (size < limit && (phase == 0 || size < k || !(p.budget_mass > 0.0f) || total < target)) {
       int pick = -1;
       while (!heap.empty()) {
-        std::pop_heap(heap.begin(), heap.end());
-        const int e = d::key_expert(heap.back());
+        std::pop_heap(heap.begin(), heap.end(), below);
+        const int e = heap.back().second;
         heap.pop_back();
         if (fresh_at[e] == size) {
           pick = e;
@@ -129,10 +135,10 @@ LYNX_HOST_INLINE void budget_greedy(Isa isa, const float* x, const float* row_m,
         }
         bound[e] = gain_of(e);
         fresh_at[e] = size;
-        heap.push_back(d::gain_key(bound[e], e));
-        std::push_heap(heap.begin(), heap.end());
+        heap.emplace_back(bound[e], e);
+        std::push_heap(heap.begin(), heap.end(), below);
       }
-      if (pick < 0 || (phase == 1 && !(bound[pick] > 0.0f))) break;
+      if (pick < 0 || (phase == 1 && bound[pick] == 0)) break;
       in_active[pick] = 1;
       ++size;
       total += bound[pick];

@@ -25,7 +25,7 @@ using lynx_bench::time_graph;
 enum class op { affinity_bin, score_experts, remap_topk, route_default, route_lynx, topk_route };
 
 template <class T>
-void run(benchmark::State& state, lynx_bench::model_shape m, op which) {
+void run_launcher(benchmark::State& state, lynx_bench::model_shape m, op which) {
   if (!has_device()) {
     state.SkipWithError("no CUDA device");
     return;
@@ -67,7 +67,7 @@ void run(benchmark::State& state, lynx_bench::model_shape m, op which) {
   });
 }
 
-const int registered = [] {
+const int registered_launchers = [] {
   const std::pair<op, const char*> ops[] = {{op::affinity_bin, "affinity_bin"}, {op::score_experts, "score_experts"},
                                             {op::remap_topk, "remap_topk"},     {op::route_lynx, "route_lynx"},
                                             {op::route_default, "route_default"}, {op::topk_route, "topk_route"}};
@@ -75,8 +75,8 @@ const int registered = [] {
     for (const auto& [which, name] : ops)
       for (const bool bf16 : {true, false}) {
         const std::string label = std::string("device/") + name + "/" + m.name + (bf16 ? "/bf16" : "/fp32");
-        auto* b = bf16 ? benchmark::RegisterBenchmark(label.c_str(), run<__nv_bfloat16>, m, which)
-                       : benchmark::RegisterBenchmark(label.c_str(), run<float>, m, which);
+        auto* b = bf16 ? benchmark::RegisterBenchmark(label.c_str(), run_launcher<__nv_bfloat16>, m, which)
+                       : benchmark::RegisterBenchmark(label.c_str(), run_launcher<float>, m, which);
         for (int t : lynx_bench::batch_sizes) b->Arg(t);
         b->UseManualTime()->Unit(benchmark::kMicrosecond);
       }

@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(Threads, 1)
 
 enum class fn { warp_topk, block_score };
 
-void run(benchmark::State& state, lynx_bench::model_shape m, fn which) {
+void run_device_function(benchmark::State& state, lynx_bench::model_shape m, fn which) {
   if (!lynx_bench::has_device()) {
     state.SkipWithError("no CUDA device");
     return;
@@ -83,11 +83,11 @@ void run(benchmark::State& state, lynx_bench::model_shape m, fn which) {
   });
 }
 
-const int registered = [] {
+const int registered_device_functions = [] {
   for (const auto& m : lynx_bench::model_shapes)
     for (const auto& [which, name] : {std::pair{fn::warp_topk, "warp_topk"}, std::pair{fn::block_score, "block_score"}}) {
       const std::string label = std::string("device_fn/") + name + "/" + m.name + "/fp32";
-      auto* b = benchmark::RegisterBenchmark(label.c_str(), run, m, which);
+      auto* b = benchmark::RegisterBenchmark(label.c_str(), run_device_function, m, which);
       for (int t : lynx_bench::batch_sizes) b->Arg(t);
       b->UseManualTime()->Unit(benchmark::kMicrosecond);
     }

@@ -21,7 +21,7 @@ namespace {
 
 using lynx_bench::device_buffer;
 
-void run(benchmark::State& state, lynx::model_routing m, bool own_router, bool lynx_step) {
+void run_router_step(benchmark::State& state, lynx::model_routing m, bool own_router, bool lynx_step) {
   if (!lynx_bench::has_device()) {
     state.SkipWithError("no CUDA device");
     return;
@@ -53,13 +53,13 @@ void run(benchmark::State& state, lynx::model_routing m, bool own_router, bool l
   });
 }
 
-const int registered = [] {
+const int registered_router = [] {
   for (const bool lynx_step : {false, true})
     for (const auto& m : lynx::model_routings)
       for (const bool own : {true, false}) {
         const std::string label = std::string("router/") + (lynx_step ? "route_default" : "topk_route") +
                                   (own ? "_model/" : "_plain/") + std::string(m.name) + "/bf16";
-        auto* b = benchmark::RegisterBenchmark(label.c_str(), run, m, own, lynx_step);
+        auto* b = benchmark::RegisterBenchmark(label.c_str(), run_router_step, m, own, lynx_step);
         for (int t : lynx_bench::batch_sizes) b->Arg(t);
         b->UseManualTime()->Unit(benchmark::kMicrosecond);
       }

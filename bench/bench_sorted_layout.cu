@@ -60,7 +60,7 @@ struct layout_arrays {
 
 enum class variant { alone, sorted, then_layout, then_align };
 
-void run(benchmark::State& state, lynx_bench::model_shape m, bool plain, variant v) {
+void run_layout(benchmark::State& state, lynx_bench::model_shape m, bool plain, variant v) {
   if (!lynx_bench::has_device()) {
     state.SkipWithError("no CUDA device");
     return;
@@ -109,7 +109,7 @@ void run(benchmark::State& state, lynx_bench::model_shape m, bool plain, variant
   lynx_bench::time_graph(state, op);
 }
 
-const int registered = [] {
+const int registered_sorted_layout = [] {
   const std::pair<variant, const char*> variants[] = {{variant::alone, ""},
                                                       {variant::sorted, "_sorted"},
                                                       {variant::then_layout, "+layout"},
@@ -119,7 +119,7 @@ const int registered = [] {
       for (const auto& [v, suffix] : variants) {
         const std::string label =
             std::string("layout/") + (plain ? "topk_route" : "route") + suffix + "/" + m.name + "/bf16";
-        auto* b = benchmark::RegisterBenchmark(label.c_str(), run, m, plain, v);
+        auto* b = benchmark::RegisterBenchmark(label.c_str(), run_layout, m, plain, v);
         for (int t : lynx_bench::batch_sizes) b->Arg(t);
         b->UseManualTime()->Unit(benchmark::kMicrosecond);
       }

@@ -77,7 +77,7 @@ void device_route(const std::vector<T>& L, int rows, int b, const lynx::route_pa
   weights = to_host(d_w);
 }
 
-enum class entry { route, topk };
+using lynx_test::entry;
 
 template <class T, class IdT>
 void compare_with_host(entry which, const std::vector<float>& Lf, int rows, int b, const lynx::route_params& p) {

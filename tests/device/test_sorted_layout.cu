@@ -63,7 +63,7 @@ void expect_same(const layout_buffers& got, const layout_buffers& want, const ch
   EXPECT_EQ(got.post, want.post) << what;
 }
 
-enum class entry { route, topk };
+using lynx_test::entry;
 
 struct layout_case {
   int n, k, rows, valid, block_size;

@@ -1,9 +1,13 @@
 #pragma once
-// What every device test shares: whether a CUDA device is present, and the skip without one.
+// What every device test shares: whether a CUDA device is present, the skip without one, and
+// which launcher a test calls.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 namespace lynx_test {
+
+/// Which launcher a device test calls.
+enum class entry { route, topk };
 
 inline bool has_device() {
   int count = 0;

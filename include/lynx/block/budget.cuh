@@ -6,7 +6,7 @@
 // of their terms. The block computes the shares (a warp per token, token-major, in shared memory
 // when they fit, else in the global scratch), inserts K0 by a top-k inside it, and adds each
 // token's gain terms into the candidates' gains with shared-memory atomics. Then the warps that
-// own candidates (a thread per expert, its gains in registers) take every step between two
+// own candidates (a thread per expert, its gains in shared memory) take every step between two
 // named barriers (id 1, over those warps only): each thread replaces only the terms of the
 // tokens whose k-th best share inside K the last step moved, a (gain, id) argmax over the
 // warps, and a thread per token inserts the chosen expert's share. A caller that composes
@@ -217,7 +217,7 @@ class block_budget {
     if (warp >= stepping) return;
     const auto barrier = [threads] { asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory"); };
     // temp_.gain[e], fresh at every step, is thread e % threads's own (shared memory rather than
-    // registers: at 1024 threads the row kept for the final pass holds most of them).
+    // registers: in registers they spill at 1024 threads, sm_90).
     gain_t* const gain = temp_.gain;
     gain_t most = 0;
 #pragma unroll

@@ -313,11 +313,11 @@ TEST(Device, GridPathRefusesWhatItDoesNotTake) {
 }
 
 TEST(Device, BudgetGreedyMatchesHost) {
-  // The device's budget greedy (a thread per candidate, gains in registers, only the moved
-  // tokens' terms replaced per step) against the host's lazy greedy: the same K, ids and weights, with tied
-  // gains (quantized logits), sigmoid scores, the mass mode, shares in global memory (300 and
-  // 700 rows on the fused path), the anchors' phase (a limit below the anchors) and the stage
-  // path (1100 rows).
+  // The device's budget greedy (a thread per candidate, only the moved tokens' terms replaced
+  // per step) against the host's lazy greedy: the same K, ids and weights, with tied gains
+  // (quantized logits), sigmoid scores, the mass mode, shares in global memory (300 and 700
+  // rows on the fused path), the anchors' phase (a limit below the anchors) and the stage path
+  // (1100 rows).
   SKIP_WITHOUT_DEVICE();
   struct budget_case {
     int n, k, rows;

@@ -36,9 +36,16 @@ inline void time_graph(benchmark::State& state, const std::function<cudaError_t(
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
-  for (int i = 0; i < reps; ++i) op(stream);
-  cudaStreamEndCapture(stream, &graph);
-  cudaGraphInstantiate(&exec, graph, 0);
+  cudaError_t captured = cudaSuccess;
+  for (int i = 0; i < reps && captured == cudaSuccess; ++i) captured = op(stream);
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  if (captured != cudaSuccess || ended != cudaSuccess || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+    state.SkipWithError("graph capture failed");  // a launcher that cannot be captured is a bug
+    if (ended == cudaSuccess) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    cudaStreamDestroy(stream);
+    return;
+  }
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);

@@ -2,9 +2,16 @@
 # The device check: on a machine with an NVIDIA GPU, build, run the device tests, run
 # compute-sanitizer (memcheck, racecheck, initcheck, synccheck) over them, run the benchmark
 # suite and the examples on the GPU, and write everything (JSON and logs) to the folder given
-# as the argument. Sized for about 8 minutes on an H200. Exit status: 0 when every step passed.
+# as the argument. Exit status: 0 when every step passed.
 #
 #   scripts/device-check.sh OUTDIR
+#   LYNX_PREBUILT=DIR scripts/device-check.sh OUTDIR
+#
+# LYNX_PREBUILT names a build folder made elsewhere (for example on the CPU machine, with
+# -DCMAKE_CUDA_ARCHITECTURES=90, carried over): configure and build are skipped, which keeps a
+# short device lease for the GPU work (building here takes longer than the rest together). The
+# steps run most valuable first (tests, benchmarks, examples, then the sanitizers), so a run
+# cut short by its time limit still has the numbers.
 set -uo pipefail
 out=${1:?usage: scripts/device-check.sh OUTDIR}
 mkdir -p "$out"
@@ -33,35 +40,44 @@ cat "$out/machine.txt"
 arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')
 : >"$out/summary.txt"
 
-step configure 120 cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${arch:-90}"
-step build 300 cmake --build build-device -j"$(nproc)"
+b=${LYNX_PREBUILT:-build-device}
+if [ -z "${LYNX_PREBUILT:-}" ]; then
+  step configure 120 cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${arch:-90}"
+  step build 900 cmake --build "$b" -j"$(nproc)"
+fi
 
-tests=build-device/tests/lynx_device_tests
+tests=$b/tests/lynx_device_tests
 step device_tests 120 "$tests" --gtest_output=json:"$out/device_tests.json"
-step host_tests 120 build-device/tests/lynx_host_tests --gtest_output=json:"$out/host_tests.json"
-# The sanitizers on every device test (memcheck) and on a representative subset (the others
-# are slower): graph replay, the policies and the stages cover every kernel.
-subset='Device.GraphReplay*:Device.PoliciesMatchHost:Device.StagesMatchHostBitwise:Device.RouteMatchesHostBf16Int32'
-step sanitizer_memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 1 "$tests"
-step sanitizer_racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 1 "$tests" --gtest_filter="$subset"
-step sanitizer_initcheck 120 compute-sanitizer --tool initcheck --error-exitcode 1 "$tests" --gtest_filter="$subset"
-step sanitizer_synccheck 120 compute-sanitizer --tool synccheck --error-exitcode 1 "$tests" --gtest_filter="$subset"
 
-step bench_device 240 build-device/bench/lynx_bench_device --benchmark_min_time=0.05 \
+# The launchers the targets name first (scripts/bench_targets.py reads them), then the rest.
+route_ops='^device/(route_lynx|route_grid|route_default|topk_route)/'
+step bench_route 180 "$b"/bench/lynx_bench_device --benchmark_filter="$route_ops" --benchmark_min_time=0.05 \
+  --benchmark_out="$out/bench_route.json" --benchmark_out_format=json
+[ -f "$out/bench_route.json" ] && python3 scripts/bench_targets.py "$out/bench_route.json" >"$out/targets.txt" 2>&1
+step bench_device 180 "$b"/bench/lynx_bench_device --benchmark_filter="-$route_ops" --benchmark_min_time=0.02 \
   --benchmark_out="$out/bench_device.json" --benchmark_out_format=json
-step bench_host 120 build-device/bench/lynx_bench_host --benchmark_filter='/(16|64)$' --benchmark_min_time=0.05 \
-  --benchmark_out="$out/bench_host.json" --benchmark_out_format=json
 
 # The main job on the GPU and on the host path must report the same measures.
-step replay_device 60 build-device/examples/lynx_replay --batch-size 16 --json
-step replay_host 60 build-device/examples/lynx_replay --batch-size 16 --json --host
+step replay_device 60 "$b"/examples/lynx_replay --batch-size 16 --json
+step replay_host 60 "$b"/examples/lynx_replay --batch-size 16 --json --host
 dev=$(tail -1 "$out/replay_device.log" | sed 's/"backend": "[a-z]*", //')
 host=$(tail -1 "$out/replay_host.log" | sed 's/"backend": "[a-z]*", //')
 if [ "$dev" = "$host" ]; then echo "replay_same_measures         rc=0" | tee -a "$out/summary.txt"
 else echo "replay_same_measures         rc=1" | tee -a "$out/summary.txt"; status=1; fi
-if [ -x build-device/examples/moe_decode_layer ]; then
-  step moe_decode_layer 180 build-device/examples/moe_decode_layer --json "$out/moe_decode_layer.json"
+if [ -x "$b"/examples/moe_decode_layer ]; then
+  step moe_decode_layer 180 "$b"/examples/moe_decode_layer --json "$out/moe_decode_layer.json"
 fi
+
+# The sanitizers on every device test (memcheck) and on a representative subset (the others
+# are slower): graph replay, the policies and the stages cover every kernel.
+subset='Device.GraphReplay*:Device.PoliciesMatchHost:Device.StagesMatchHostBitwise:Device.RouteMatchesHostBf16Int32'
+step sanitizer_memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 1 "$tests"
+step sanitizer_racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 1 "$tests" --gtest_filter="$subset"
+step sanitizer_initcheck 90 compute-sanitizer --tool initcheck --error-exitcode 1 "$tests" --gtest_filter="$subset"
+step sanitizer_synccheck 90 compute-sanitizer --tool synccheck --error-exitcode 1 "$tests" --gtest_filter="$subset"
+step bench_host 90 "$b"/bench/lynx_bench_host --benchmark_filter='/(16|64)$' --benchmark_min_time=0.05 \
+  --benchmark_out="$out/bench_host.json" --benchmark_out_format=json
+step host_tests 120 "$b"/tests/lynx_host_tests --gtest_output=json:"$out/host_tests.json"
 
 echo "overall: $([ $status -eq 0 ] && echo PASS || echo FAIL)" | tee -a "$out/summary.txt"
 exit $status

@@ -22,7 +22,7 @@ using lynx_bench::device_buffer;
 using lynx_bench::has_device;
 using lynx_bench::time_graph;
 
-enum class op { affinity_bin, score_experts, remap_topk, route_default, route_lynx, route_grid, topk_route };
+enum class op { affinity_bin, score_experts, remap_topk, route_default, route_lynx, route_grid, route_fused, topk_route };
 
 template <class T>
 void run_launcher(benchmark::State& state, lynx_bench::model_shape m, op which) {
@@ -33,8 +33,8 @@ void run_launcher(benchmark::State& state, lynx_bench::model_shape m, op which) 
   const int rows = static_cast<int>(state.range(0)), n = m.num_experts;
   lynx::route_params p = lynx_bench::shape_params(m);
   if (which != op::route_default) p.kind = lynx::policy::lynx;
-  // route_grid: the paper's policy forced onto the grid path (off by default: LYNX_GRID_ROUTE);
-  // skipped where that path does not apply (cudaErrorNotSupported).
+  // route_grid / route_fused: the paper's policy forced onto the grid path (skipped where it
+  // does not apply) or the one-block path; route_lynx takes route's own choice between them.
   const std::vector<T> host = lynx_bench::generator_logits<T>(m, rows);
   device_buffer logits(host.size() * sizeof(T)), ids(static_cast<std::size_t>(rows) * p.top_k * sizeof(int)),
       weights(static_cast<std::size_t>(rows) * p.top_k * sizeof(float)), bins(static_cast<std::size_t>(rows) * n),
@@ -64,7 +64,10 @@ void run_launcher(benchmark::State& state, lynx_bench::model_shape m, op which) 
       case op::route_default:
       case op::route_lynx: return lynx::route(ws.p, bytes, L, n, rows, rows, p, ids.as<int>(), weights.as<float>(), s);
       case op::route_grid:
-        return lynx::detail::route_with(lynx::detail::decode_choice::grid, ws.p, bytes,
+      case op::route_fused:
+        return lynx::detail::route_with(which == op::route_grid ? lynx::detail::decode_choice::grid
+                                                                : lynx::detail::decode_choice::fused,
+                                        ws.p, bytes,
                                         lynx::batch_ref<T, int>{L, n, rows, rows, ids.as<int>(), weights.as<float>()}, p,
                                         lynx::sorted_layout_ref{}, s);
       case op::topk_route: return lynx::topk_route(ws.p, bytes, L, n, rows, rows, p, ids.as<int>(), weights.as<float>(), s);
@@ -77,6 +80,7 @@ const int registered_launchers = [] {
   const std::pair<op, const char*> ops[] = {{op::affinity_bin, "affinity_bin"}, {op::score_experts, "score_experts"},
                                             {op::remap_topk, "remap_topk"},     {op::route_lynx, "route_lynx"},
                                             {op::route_default, "route_default"}, {op::route_grid, "route_grid"},
+                                            {op::route_fused, "route_fused"},
                                             {op::topk_route, "topk_route"}};
   for (const auto& m : lynx_bench::model_shapes)
     for (const auto& [which, name] : ops)

@@ -19,7 +19,7 @@ inline constexpr model_shape model_shapes[] = {
     {"llama-4-scout", 16, 1, lynx::scoring::sigmoid},    {"llama-4-maverick", 128, 1, lynx::scoring::sigmoid},
 };
 
-inline constexpr int batch_sizes[] = {1, 4, 16, 64, 256};
+inline constexpr int batch_sizes[] = {1, 4, 16, 32, 64, 256};
 
 inline lynx::route_params shape_params(const model_shape& m) {
   lynx::route_params p = lynx::default_params(m.num_experts, m.top_k);

@@ -43,14 +43,16 @@ cudaError_t route_with(decode_choice choice, void* workspace, std::size_t& works
   if (choice == decode_choice::grid && !(decode && detail::grid_route_policy(p, batch.num_rows)))
     return cudaErrorNotSupported;
   if (decode) {
-    // Decode sizes: the whole step in one launch (no host sync, no allocation). With
-    // LYNX_GRID_ROUTE, the lynx and piggyback policies on a plain router: a warp per row across
-    // blocks with grid barriers, when the device holds every block at once; else one block.
+    // Decode sizes: the whole step in one launch (no host sync, no allocation): one block, or
+    // for the lynx and piggyback policies on a plain router with more rows than the block has
+    // warps (grid_route_wanted), a warp per row across blocks with grid barriers, when the
+    // device holds every block at once.
     const bool router = !p.router.plain();
     return detail::dispatch_tier<detail::fused_max_experts>(tier, [&](auto max_n, auto max_k) {
       constexpr int MaxN = decltype(max_n)::value, K = decltype(max_k)::value;
-      const bool try_grid = choice == decode_choice::grid ||
-                            (detail::grid_route_enabled && detail::grid_route_policy(p, batch.num_rows));
+      const bool try_grid =
+          choice == decode_choice::grid ||
+          (choice == decode_choice::automatic && detail::grid_route_wanted(p, batch.num_rows, MaxN));
       const bool grid = try_grid && detail::choose_decode_path(p, batch.num_rows,
                                                                detail::grid_route_resident_blocks<MaxN, K>()) ==
                                         detail::route_path::grid;

@@ -52,6 +52,7 @@ void expect_weights_close(const std::vector<float>& got, const std::vector<float
 /// ASSERT_NO_FATAL_FAILURE: on a failed call, ids and weights are left empty.
 /// With decode_choice::grid the call takes the grid path (lynx::detail::route_with), whatever
 /// LYNX_GRID_ROUTE says; where it cannot (the device holds too few blocks at once) the test skips.
+/// decode_choice::fused forces the one-block path.
 template <class T, class IdT>
 void device_route(const std::vector<T>& L, int rows, int b, const lynx::route_params& p, std::vector<IdT>& ids,
                   std::vector<float>& weights, const std::uint8_t* pinned = nullptr,
@@ -188,12 +189,17 @@ TEST(Device, PoliciesMatchHost) {
                                     p),
                   lynx::status::success);
         auto d_pinned = to_device(pinned);
-        std::vector<int> got;
-        std::vector<float> got_w;
-        ASSERT_NO_FATAL_FAILURE(
-            device_route(L, rows, rows, p, got, got_w, with_pinned ? thrust::raw_pointer_cast(d_pinned.data()) : nullptr));
-        EXPECT_EQ(got, want) << "N " << n << " policy " << static_cast<int>(c.kind) << " pinned " << with_pinned;
-        expect_weights_close(got_w, want_w, "policy weights");
+        // route's own choice (the grid path for the lynx and piggyback policies once the rows
+        // outnumber the block's warps), and the one-block path forced.
+        for (const auto choice : {lynx::detail::decode_choice::automatic, lynx::detail::decode_choice::fused}) {
+          std::vector<int> got;
+          std::vector<float> got_w;
+          ASSERT_NO_FATAL_FAILURE(device_route(L, rows, rows, p, got, got_w,
+                                               with_pinned ? thrust::raw_pointer_cast(d_pinned.data()) : nullptr, choice));
+          EXPECT_EQ(got, want) << "N " << n << " policy " << static_cast<int>(c.kind) << " pinned " << with_pinned
+                               << " fused " << (choice == lynx::detail::decode_choice::fused);
+          expect_weights_close(got_w, want_w, "policy weights");
+        }
       }
 }
 
@@ -218,11 +224,12 @@ TEST(Device, NeverWorseFallbackAcrossBlocks) {
     ASSERT_EQ(lynx::host::topk_route(lynx::batch_ref<float, int>{L.data(), n, rows, b, plain.data(), plain_w.data()}, p),
               lynx::status::success);
     ASSERT_TRUE(std::equal(want.begin(), want.begin() + b * k, plain.begin())) << "the host fell back, seed " << seed;
-    for (const auto choice : {lynx::detail::decode_choice::automatic, lynx::detail::decode_choice::grid}) {
+    for (const auto choice : {lynx::detail::decode_choice::automatic, lynx::detail::decode_choice::grid,
+                              lynx::detail::decode_choice::fused}) {
       std::vector<int> got;
       std::vector<float> got_w;
       ASSERT_NO_FATAL_FAILURE(device_route(L, rows, b, p, got, got_w, nullptr, choice));
-      EXPECT_EQ(got, want) << "b " << b << " seed " << seed << " grid " << (choice == lynx::detail::decode_choice::grid);
+      EXPECT_EQ(got, want) << "b " << b << " seed " << seed << " choice " << static_cast<int>(choice);
       expect_weights_close(got_w, want_w, "fallback weights");
     }
   }

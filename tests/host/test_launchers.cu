@@ -532,6 +532,31 @@ TEST(Launchers, DecodePathChoice) {
   if (!has_device()) EXPECT_EQ((d::grid_route_resident_blocks<128, 8>()), 0);
 }
 
+TEST(Launchers, GridPathWanted) {
+  // route's own choice: LYNX_GRID_ROUTE 0 never, 1 wherever the policy allows it, unset (-1)
+  // once the rows outnumber the fused block's warps (32 up to 128 experts, 16 above): the
+  // crossover measured on an H200.
+  EXPECT_EQ(d::grid_route_mode, -1);  // this build leaves it unset
+  for (const auto kind : all_policies)
+    for (const int n : {8, 128, 160, 256, 512}) {
+      const auto p = policy_params(n, 8, kind);
+      const int max_n = d::tiers[d::choose_tier(n, 8)].max_n, warps = d::fused_threads(max_n) / 32;
+      const bool policy_ok = kind != lynx::policy::budget;
+      EXPECT_EQ(warps, n <= 128 ? 32 : 16);
+      for (const int rows : {1, warps, warps + 1, 64, 512}) {
+        EXPECT_FALSE(d::grid_route_wanted(p, rows, max_n, 0));
+        EXPECT_EQ(d::grid_route_wanted(p, rows, max_n, 1), policy_ok) << "n " << n << " rows " << rows;
+        EXPECT_EQ(d::grid_route_wanted(p, rows, max_n), policy_ok && rows > warps) << "n " << n << " rows " << rows;
+      }
+      EXPECT_FALSE(d::grid_route_wanted(p, 513, max_n, 1));  // beyond decode sizes: the stage path
+    }
+  auto p = policy_params(128, 8, lynx::policy::lynx);
+  p.router.num_groups = 8;  // a model router stays on the fused path
+  p.router.top_groups = 4;
+  EXPECT_FALSE(d::grid_route_wanted(p, 64, 128, 1));
+  EXPECT_FALSE(d::grid_route_wanted(p, 64, 128));
+}
+
 TEST(Launchers, GridStateLayout) {
   // Two counters, then the three sets, then nbins x n counts: one memset zeroes them all.
   std::vector<std::uint32_t> words(d::grid_state::size_words(160, 3));

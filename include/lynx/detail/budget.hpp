@@ -72,10 +72,10 @@ LYNX_HD void share_insert(float* top, int k, float share) {
 template <int K>
 LYNX_HD float share_insert_k(float* top, int k, float share) {
   float old[K];
-#pragma unroll
+  LYNX_UNROLL
   for (int i = 0; i < K; ++i) old[i] = i < k ? top[i] : 0.0f;
   float kth = 0.0f;
-#pragma unroll
+  LYNX_UNROLL
   for (int i = 0; i < K; ++i) {
     if (i >= k) break;
     const float above = i == 0 ? share : (old[i - 1] < share ? old[i - 1] : share);

@@ -13,6 +13,13 @@
 #define LYNX_HD inline
 #endif
 
+// `#pragma unroll` in code the host compiler also sees (-Wunknown-pragmas there).
+#if defined(__CUDACC__)
+#define LYNX_UNROLL _Pragma("unroll")
+#else
+#define LYNX_UNROLL
+#endif
+
 namespace lynx {
 
 /// Largest expert count any entry point accepts (ranks are packed in 11 bits, ids in 16).

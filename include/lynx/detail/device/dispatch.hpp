@@ -95,18 +95,29 @@ inline bool grid_route_shape(const route_params& p, int num_rows) {
          tiers[choose_tier(p.num_experts, p.top_k)].max_n <= fused_max_experts;
 }
 
-/// Whether lynx::route takes the grid path at all. Off unless the including code defines
-/// LYNX_GRID_ROUTE to 1: the path is built and compiled (its kernels are instantiated, so the
-/// build's resource check sees them), but it has not yet run on a GPU or in the simulator.
+/// When lynx::route takes the grid path. LYNX_GRID_ROUTE, defined before including Lynx: 0,
+/// never; 1, wherever it applies and fits; unset, where the fused block would give a warp more
+/// than one row. That is the crossover measured on an H200 (bench/README, 2026-12-04): with a
+/// row per warp the one block is faster (its single launch against a memset and a cooperative
+/// launch), beyond that every phase reloads rows on one SM, and the grid path is 1.1-5x faster
+/// at every benchmark shape at T = 64 and 256.
 #ifndef LYNX_GRID_ROUTE
-#define LYNX_GRID_ROUTE 0
+#define LYNX_GRID_ROUTE -1
 #endif
-inline constexpr bool grid_route_enabled = LYNX_GRID_ROUTE != 0;
+inline constexpr int grid_route_mode = LYNX_GRID_ROUTE;
 
 /// Whether a call may take the grid path: its shape and policy, and a plain router (a model
 /// router's calls stay on the fused path).
 inline bool grid_route_policy(const route_params& p, int num_rows) {
   return p.router.plain() && grid_route_shape(p, num_rows);
+}
+
+/// Whether lynx::route's own choice (decode_choice::automatic) tries the grid path: the policy
+/// allows it and LYNX_GRID_ROUTE asks for it, or (unset) the rows outnumber the fused block's
+/// warps at this tier. The occupancy check (choose_decode_path) comes after.
+inline bool grid_route_wanted(const route_params& p, int num_rows, int max_n, int mode = grid_route_mode) {
+  if (mode == 0 || !grid_route_policy(p, num_rows)) return false;
+  return mode > 0 || num_rows > fused_threads(max_n) / 32;
 }
 
 /// The decode path: the grid path when the policy allows it and its blocks fit on the device
@@ -118,8 +129,9 @@ inline route_path choose_decode_path(const route_params& p, int num_rows, int re
 }
 
 /// Which decode path lynx::route's body takes: its own choice, or (the device tests, on any
-/// build) the grid path wherever the policy allows it and it fits, else cudaErrorNotSupported.
-enum class decode_choice { automatic, grid };
+/// build) the grid path wherever the policy allows it and it fits, else cudaErrorNotSupported,
+/// or the fused one-block path.
+enum class decode_choice { automatic, grid, fused };
 
 
 inline cudaError_t to_cuda_error(status s) { return s == status::success ? cudaSuccess : cudaErrorInvalidValue; }

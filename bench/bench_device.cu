@@ -1,5 +1,5 @@
 // Device time of each stage, the composed step and topk_route at real model shapes, for T in
-// {1, 4, 16, 64, 256} and bf16/fp32 logits, timed as device_timing.hpp says (CUDA graph of
+// {1, 4, 16, 32, 64, 256} and bf16/fp32 logits, timed as device_timing.hpp says (CUDA graph of
 // back-to-back launches, CUDA events). bench_device_functions.cu adds the device functions in
 // isolation to the same binary.
 #include <benchmark/benchmark.h>

@@ -1,5 +1,5 @@
 // The public device functions in isolation (the design card's microbenchmark kernels), at the
-// benchmark shapes for T in {1, 4, 16, 64, 256}, fp32 logits, beside the launchers in the same
+// benchmark shapes for T in {1, 4, 16, 32, 64, 256}, fp32 logits, beside the launchers in the same
 // binary:
 // - warp_topk: a warp per row (warp_row::load + warp_topk<K>), rows across blocks, as topk_route
 //   and the fused kernel's first phase run it;

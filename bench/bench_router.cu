@@ -1,6 +1,6 @@
 // topk_route with each model's own router (lynx::model_routings: DeepSeek-V3/R1, Kimi-K2,
 // GLM-4.5, MiniMax-M2, DeepSeek-V2, ...), on the device (bf16 logits; CUDA-graph replay and CUDA
-// events as device_timing.hpp says) for T in {1, 4, 16, 64, 256}, beside plain top-k at the same
+// events as device_timing.hpp says) for T in {1, 4, 16, 32, 64, 256}, beside plain top-k at the same
 // (N, k); and route with Lynx's default for the model (default_params(model): budget 0.94 on the
 // model's choice, the group limit kept) beside the same default on a plain router. The bias is
 // a fixed pseudo-random vector (N(0, 0.5)), as a trained one is dense.

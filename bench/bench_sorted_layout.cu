@@ -1,6 +1,6 @@
 // Routing plus the expert-sorted layout (vLLM's moe_align_block_size arrays and the compact
 // active-expert list), timed as device_timing.hpp says, at the benchmark shapes for T in
-// {1, 4, 16, 64, 256}, bf16 logits, block_size 16:
+// {1, 4, 16, 32, 64, 256}, bf16 logits, block_size 16:
 //   route            lynx::route alone (default policy; the baseline of the targets)
 //   route_sorted     lynx::route writing the layout in the same launch
 //   route+layout     lynx::route, then lynx::sorted_layout (the same block code, a launch of its own)

@@ -8,10 +8,10 @@
 #   LYNX_PREBUILT=DIR scripts/device-check.sh OUTDIR
 #
 # LYNX_PREBUILT names a build folder made elsewhere (for example on the CPU machine, with
-# -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_FLAGS=-lineinfo, carried over): configure and build are skipped, which keeps a
-# short device lease for the GPU work (building here takes longer than the rest together). The
-# steps run most valuable first (tests, benchmarks, examples, then the sanitizers), so a run
-# cut short by its time limit still has the numbers.
+# -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_FLAGS=-lineinfo, carried over): configure and
+# build are skipped, which keeps a short device lease for the GPU work (building there takes
+# longer than the rest together). The steps run most valuable first (tests, benchmarks,
+# examples, then the sanitizers), so a run cut short by its time limit still has the numbers.
 set -uo pipefail
 out=${1:?usage: scripts/device-check.sh OUTDIR}
 mkdir -p "$out"

@@ -99,8 +99,8 @@ inline bool grid_route_shape(const route_params& p, int num_rows) {
 /// never; 1, wherever it applies and fits; unset, where the fused block would give a warp more
 /// than one row. That is the crossover measured on an H200 (bench/README, 2026-12-04): with a
 /// row per warp the one block is faster (its single launch against a memset and a cooperative
-/// launch), beyond that every phase reloads rows on one SM, and the grid path is 1.1-5x faster
-/// at every benchmark shape at T = 64 and 256.
+/// launch), beyond that every phase reloads rows on one SM, and the grid path is faster at every
+/// benchmark shape: 1.1-2.1x at T = 32-64, 2.4-6.4x at T = 256.
 #ifndef LYNX_GRID_ROUTE
 #define LYNX_GRID_ROUTE -1
 #endif

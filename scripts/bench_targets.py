@@ -30,7 +30,7 @@ def load(path):
         parts = b["name"].split("/")
         if len(parts) < 5 or parts[0] != "device" or parts[1] not in OPS:
             continue
-        key = (parts[1], parts[2], parts[3], int(parts[4].split("/")[0]))
+        key = (parts[1], parts[2], parts[3], int(parts[4]))
         if b.get("error_occurred"):
             times[key] = None
         else:
@@ -45,7 +45,7 @@ def main():
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args()
     context, times = load(a.json)
-    shapes = sorted({(k[1]) for k in times})
+    shapes = {k[1] for k in times}
     # N and k come from the shape names in bench_shapes.hpp; read them from the header.
     dims = {}
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "bench_shapes.hpp")) as f:

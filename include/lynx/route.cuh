@@ -104,10 +104,11 @@ cudaError_t route_with(decode_choice choice, void* workspace, std::size_t& works
 /// not looked at (they may be null), but the parameters and shapes are checked. No allocation,
 /// no synchronization, graph-capturable, deterministic. Returns cudaErrorInvalidValue (nothing
 /// written) when lynx::check rejects the arguments or workspace_bytes is too small. Up to 512
-/// rows and 512 experts (k <= 16) the whole step is one kernel launch of one block (built with
-/// LYNX_GRID_ROUTE=1, for the lynx and piggyback policies on a plain router: a memset and a
-/// cooperative launch of a warp per row across blocks, when the device holds them all at once;
-/// not yet run on a GPU); larger calls run the stages' kernels in turn.
+/// rows and 512 experts (k <= 16) the whole step is one kernel launch of one block, or, for the
+/// lynx and piggyback policies on a plain router with more rows than that block has warps, a
+/// memset and a cooperative launch of a warp per row across blocks, when the device holds them
+/// all at once (LYNX_GRID_ROUTE overrides the choice; dispatch.hpp); larger calls run the
+/// stages' kernels in turn.
 ///
 /// With a sorted_layout_ref that asks for any array, the same call also writes the batch's
 /// expert-sorted layout (sorted_layout.hpp; vLLM's moe_align_block_size arrays among them): in

@@ -10,13 +10,14 @@
 // A grid barrier needs every block resident at once: the launch is cooperative (the runtime
 // refuses a grid that does not fit), and lynx::route takes this path only when the device's
 // occupancy says it fits. Batch-wide state is integer counts and bit sets added with atomics,
-// so results do not depend on which block arrives first, and they are meant to be bitwise the
-// fused path's and the host path's (the same warp and block functions in the same order).
-// lynx::route takes this path only when built with LYNX_GRID_ROUTE=1 (dispatch.hpp): it has
-// not yet run on a GPU or in the simulator.
+// so results do not depend on which block arrives first, and they are bitwise the fused path's
+// and the host path's (the same warp and block functions in the same order; tested on an H200).
+// lynx::route takes this path once the rows outnumber the fused block's warps
+// (dispatch.hpp, grid_route_wanted).
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -162,19 +163,31 @@ __global__ void __launch_bounds__(grid_route_threads)
 
 /// How many blocks of grid_route_kernel<MaxN, K> the current device holds at once (0 when the
 /// device cannot be asked or has no cooperative launch). Host queries only: no stream work, so
-/// they are allowed during graph capture; a failed query's error is cleared.
+/// they are allowed during graph capture; a failed query's error is cleared. route asks on
+/// every call that wants the grid path, so the answer is kept per device (a constant of the
+/// device and the kernel); a failure is not kept.
 template <int MaxN, int K>
 int grid_route_resident_blocks() {
+  constexpr int cached_devices = 64;
+  static std::atomic<int> known[cached_devices];  // resident blocks + 1; 0: not asked yet
   int device = 0, sms = 0, cooperative = 0, per_sm = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  const bool cacheable = device >= 0 && device < cached_devices;
+  if (cacheable)
+    if (const int k = known[device].load(std::memory_order_relaxed); k > 0) return k - 1;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device) != cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, grid_route_kernel<MaxN, K>, grid_route_threads, 0) !=
           cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }
-  return cooperative ? sms * per_sm : 0;
+  const int blocks = cooperative ? sms * per_sm : 0;
+  if (cacheable) known[device].store(blocks + 1, std::memory_order_relaxed);
+  return blocks;
 }
 
 /// One cooperative launch of grid_route_kernel<MaxN, K> (the state already zeroed). A layout

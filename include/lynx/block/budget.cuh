@@ -5,12 +5,11 @@
 // Gains are exact integer sums (detail/budget.hpp's gain grid), so no step depends on the order
 // of their terms. The block computes the shares (a warp per token, token-major, in shared memory
 // when they fit, else in the global scratch), inserts K0 by a top-k inside it, and adds each
-// token's gain terms into the candidates' gains with shared-memory atomics. Then the warps that
-// own candidates (a thread per expert, its gains in shared memory) take every step between two
-// named barriers (id 1, over those warps only): each thread replaces only the terms of the
-// tokens whose k-th best share inside K the last step moved, a (gain, id) argmax over the
-// warps, and a thread per token inserts the chosen expert's share. A caller that composes
-// block_budget must not use barrier 1 in the warps that run it at the same time.
+// token's gain terms into the candidates' gains with shared-memory atomics. Then one warp takes
+// every step, with no block barrier: lane j keeps the gains of experts j, j + 32, ... in
+// registers; a step is a (gain, id) argmax over the warp, a lane per token inserting the chosen
+// expert's share into that token's k best inside K, and, for each token whose k-th best moved
+// (a few a step), every lane replacing that token's terms of its gains.
 
 #include <cstdint>
 
@@ -68,26 +67,24 @@ struct budget_scratch {
 template <int MaxN, int K, int BlockThreads, int MaxRows = 512, int ShareCapacity = 5120, int TopCapacity = 2048>
 class block_budget {
   static constexpr int warps = BlockThreads / 32;
-  static constexpr int per_lane = MaxN / 32;
-  static constexpr int per_thread = (MaxN + BlockThreads - 1) / BlockThreads;  // candidates a stepping thread owns
-  static constexpr int max_moved = 64;  // a longer list: the next step sums every gain afresh
+  static constexpr int per_lane = MaxN / 32;  // a row's keys a lane holds; the gains a lane of one stepping warp keeps
+  // The steps up to 32 * token_slots rows: warps with a thread per expert, as many as the block has.
+  static constexpr int stepping_warps = MaxN / 32 < warps ? MaxN / 32 : warps;
+  static constexpr int token_slots = 2;
   using gain_t = detail::gain_t;
 
  public:
   struct TempStorage {
     float kth[MaxRows];          // each token's k-th best share inside K
-    float share[ShareCapacity];  // share[t * n + e]
-    float top[TopCapacity];      // top[t * k + j]
+    float share[ShareCapacity];  // share[t * stride + e], stride = n | 1 (odd: a column is conflict-free)
+    float top[TopCapacity];      // top[j * rows + t]: token t's j-th best share inside K
     gain_t gain[MaxN];           // every expert's gain for K0, summed by the block
-    gain_t total;                // the batch's retained mass for K (K0's, then each step's)
+    gain_t total;                // the batch's retained mass for K0
     gain_t target;               // the mass mode's target for it (budget_mass times the voters)
     int limit;                   // the count limit (budget_limit)
-    gain_t warp_gain[warps];     // a step's best candidate of each stepping warp,
-    int warp_best[warps];        // and its id (-1: none)
-    int moved_count[2];          // the tokens whose k-th moved in a step (two steps' lists
-    int moved_row[2][max_moved];   // alternate, so that one is read while the next is
-    float moved_kth[2][max_moved]; // written), and their k-th before it
     int size, bulk;
+    gain_t slot_gain[2][stepping_warps];  // each stepping warp's best candidate of a step,
+    int slot_best[2][stepping_warps];     // and its id (-1: none); two sets, steps alternate
   };
 
   __device__ __forceinline__ explicit block_budget(TempStorage& temp) : temp_(temp) {}
@@ -119,38 +116,39 @@ class block_budget {
       if (temp_.bulk)
         for (int w = 0; w < (n + 31) / 32; ++w) active[w] |= anchors[w];
       temp_.total = 0;
-      temp_.moved_count[0] = temp_.moved_count[1] = 0;  // the first step updates nothing
     }
     for (int e = threadIdx.x; e < MaxN; e += BlockThreads) temp_.gain[e] = 0;
     __syncthreads();
     // Shared memory where the batch fits, else the global scratch: two instantiations of the
     // rest, so that every access has its address space (a generic pointer would cost each load).
-    const bool fits = rows <= MaxRows && static_cast<std::size_t>(rows) * n <= ShareCapacity &&
+    const int stride = n | 1;
+    const bool fits = rows <= MaxRows && static_cast<std::size_t>(rows) * stride <= ShareCapacity &&
                       static_cast<std::size_t>(rows) * k <= TopCapacity;
     if (fits)
-      greedy(load_row, rows, votes, plain, p, anchors, active, temp_.share, temp_.top, temp_.kth);
+      greedy(load_row, rows, votes, plain, p, anchors, active, temp_.share, stride, temp_.top, temp_.kth);
     else
-      greedy(load_row, rows, votes, plain, p, anchors, active, ws.share, ws.top, ws.kth);
+      greedy(load_row, rows, votes, plain, p, anchors, active, ws.share, n, ws.top, ws.kth);
     __syncthreads();
   }
 
  private:
   /// After the counts: the shares, K0's insertion, the first gains and mass, the steps and the
-  /// fill, with share, top and kth in one memory space.
+  /// fill, with share (row stride `stride`), top and kth in one memory space.
   template <class RowLoader>
   __device__ __forceinline__ void greedy(RowLoader& load_row, int rows, const std::uint8_t* votes,
                                          const std::uint64_t* plain, const route_params& p,
                                          const std::uint32_t* anchors, std::uint32_t* active, float* share,
-                                         float* top_all, float* kth) {
+                                         int stride, float* top_all, float* kth) {
     const int n = p.num_experts, k = p.top_k, lane = detail::lane_id(), warp = threadIdx.x / 32;
     const bool biased = p.router.bias != nullptr;
     // Shares and K0's insertion, a warp per voting token: K0's best shares are those of the
     // token's best logits inside K0 (exp_f32 and scaled_sigmoid are monotone), as on the host.
     // Then the token's terms of every gain and of the batch's mass.
     for (int t = warp; t < rows; t += warps) {
+      float* st = share + static_cast<std::size_t>(t) * stride;
       if (!votes[t]) {  // zero shares and kth: every gain term of the row is 0, as if it were skipped
-        for (int e = lane; e < n; e += 32) share[static_cast<std::size_t>(t) * n + e] = 0.0f;
-        if (lane < k) top_all[static_cast<std::size_t>(t) * k + lane] = 0.0f;
+        for (int e = lane; e < n; e += 32) st[e] = 0.0f;
+        if (lane < k) top_all[static_cast<std::size_t>(lane) * rows + t] = 0.0f;
         if (lane == 0) kth[t] = 0.0f;
         continue;
       }
@@ -170,7 +168,6 @@ class block_budget {
         if (r < k) sum += v;
       }
       const auto share_of = [&](std::uint64_t key) { return detail::select_f32(sum > 0.0f, value(key) / sum, 0.0f); };
-      float* st = share + static_cast<std::size_t>(t) * n;
 #pragma unroll
       for (int i = 0; i < per_lane; ++i) {
         const int e = warp_row<MaxN>::expert(i);
@@ -184,7 +181,7 @@ class block_budget {
         const float s = share_of(best);
         top = s > 0.0f ? s : 0.0f;  // share_insert never takes 0 or NaN
       }
-      if (lane < k) top_all[static_cast<std::size_t>(t) * k + lane] = top;
+      if (lane < k) top_all[static_cast<std::size_t>(lane) * rows + t] = top;
       const float kt = __shfl_sync(detail::full_mask, top, k - 1);
       if (lane == 0) kth[t] = kt;
       // The shares again, as this lane wrote them (kept in registers, they would spill).
@@ -198,136 +195,14 @@ class block_budget {
       if (lane == 0 && mass) atomicAdd(reinterpret_cast<unsigned long long*>(&temp_.total), mass);
     }
     __syncthreads();
-    steps(rows, votes, plain, p, anchors, active, share, top_all, kth);
-  }
-
-  /// The steps, by the warps that own candidates (thread j: experts j, j + S, ..., S stepping
-  /// threads; the others wait at the caller's barrier), between named barriers of their own.
-  /// A step: every thread replaces its candidates' terms of the tokens the last step moved (all
-  /// of its gains summed afresh when that list overflowed) and keeps its best; each warp's best
-  /// to shared memory; barrier; every thread takes the best of the warps' (the host's argmax),
-  /// and the tokens (a thread each) insert its share into their k best inside K, listing those
-  /// whose k-th moved; barrier. As the host's: to the limit, or in mass mode to the target, but
-  /// not below k experts; where the gains vanish below k, the rows' plain top-k fill K.
-  __device__ __forceinline__ void steps(int rows, const std::uint8_t* votes, const std::uint64_t* plain,
-                                        const route_params& p, const std::uint32_t* anchors,
-                                        std::uint32_t* active, const float* share, float* top_all, float* kth) {
-    const int n = p.num_experts, k = p.top_k, lane = detail::lane_id(), warp = threadIdx.x / 32;
-    const int stepping = n < BlockThreads ? (n + 31) / 32 : warps, threads = 32 * stepping;
-    if (warp >= stepping) return;
-    const auto barrier = [threads] { asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory"); };
-    // temp_.gain[e], fresh at every step, is thread e % threads's own (shared memory rather than
-    // registers: in registers they spill at 1024 threads, sm_90).
-    gain_t* const gain = temp_.gain;
-    gain_t most = 0;
-#pragma unroll
-    for (int j = 0; j < per_thread; ++j) {
-      const int e = threadIdx.x + threads * j;
-      const gain_t g = e < n ? gain[e] : 0;
-      most = g > most ? g : most;
-    }
-    // Gains only shrink: if a warp's all fit in 47 bits now, a 64-bit key orders them to the end.
-    const bool packed = __all_sync(detail::full_mask, most < (gain_t{1} << 47));
-    // The steps' uniform state (the mass, the limits) stays in shared memory: registers are
-    // scarce at 1024 threads. Thread 0 adds each step's gain to the mass after the first
-    // barrier; every thread reads it after the second.
-    int size = temp_.size, step = 0;  // step: the steps taken (its parity picks the moved list)
-    for (int phase = temp_.bulk ? 1 : 0; phase < 2; ++phase) {
-      std::uint32_t open = 0;  // bit j: expert threadIdx.x + threads * j is a candidate of this phase
-#pragma unroll
-      for (int j = 0; j < per_thread; ++j) {
-        const int e = threadIdx.x + threads * j;
-        if (e < n && !detail::test_bit(active, e) && (phase == 1 || detail::test_bit(anchors, e))) open |= 1u << j;
-      }
-      while (!(size >= temp_.limit ||
-               (phase == 1 && size >= k && p.budget_mass > 0.0f && !(temp_.total < temp_.target)))) {
-        // The last step's moved tokens: each replaces its terms of every gain.
-        const int list = step & 1, moved = temp_.moved_count[list];
-        if (moved <= max_moved) {
-#pragma unroll 1  // a few tokens a step; unrolled, their temporaries would spill at 64 registers
-          for (int i = 0; i < moved; ++i) {
-            const int t = temp_.moved_row[list][i];
-            const float was = temp_.moved_kth[list][i], now = kth[t];
-            const float* st = share + static_cast<std::size_t>(t) * n;
-#pragma unroll
-            for (int j = 0; j < per_thread; ++j) {
-              const int e = threadIdx.x + threads * j;
-              if (e < n) {
-                const float s = st[e];
-                gain[e] -= detail::share_gain(s, was) - detail::share_gain(s, now);
-              }
-            }
-          }
-        } else {  // too many to list: every gain afresh (an exact sum: the same in any order)
-#pragma unroll
-          for (int j = 0; j < per_thread; ++j) {
-            const int e = threadIdx.x + threads * j;
-            gain_t g = 0;
-            if (e < n) {
-#pragma unroll 1
-              for (int t = 0; t < rows; ++t) g += detail::share_gain(share[static_cast<std::size_t>(t) * n + e], kth[t]);
-              gain[e] = g;
-            }
-          }
-        }
-        gain_t g = 0;  // this thread's best candidate (ascending ids: the first of equal gains)
-        int c = -1;
-#pragma unroll
-        for (int j = 0; j < per_thread; ++j) {
-          const int e = threadIdx.x + threads * j;
-          if ((open >> j) & 1u) {  // open: e < n
-            const gain_t ge = gain[e];
-            if (c < 0 || ge > g) g = ge, c = e;
-          }
-        }
-        detail::warp_gain_argmax(packed, g, c);
-        if (lane == 0) {
-          temp_.warp_gain[warp] = g;
-          temp_.warp_best[warp] = c;
-        }
-        barrier();
-        g = 0;
-        c = -1;
-#pragma unroll 1
-        for (int w = 0; w < stepping; ++w) {  // the host's argmax: the larger gain, then the lower id
-          const int cw = temp_.warp_best[w];
-          const gain_t gw = temp_.warp_gain[w];
-          if (cw >= 0 && (c < 0 || detail::gain_before(gw, cw, g, c))) g = gw, c = cw;
-        }
-        // The list just applied is empty again (read before the barrier above): a step that
-        // ends the phase leaves the next phase's first step nothing to apply twice.
-        if (threadIdx.x == 0) temp_.moved_count[list] = 0;
-        if (c < 0 || (phase == 1 && g == 0)) break;
-        if (threadIdx.x == (c % threads)) open &= ~(1u << (c / threads));
-        if (threadIdx.x == 0) {
-          detail::set_bit(active, c);
-          temp_.total += g;
-        }
-        ++size;
-        const int next = list ^ 1;
-        // Every token's k best shares inside K (a thread each); the moved ones are listed.
-#pragma unroll 1
-        for (int t = threadIdx.x; t < rows; t += threads) {
-          const float s = share[static_cast<std::size_t>(t) * n + c], was = kth[t];
-          if (s > was) {
-            const float now = detail::share_insert_k<K>(top_all + static_cast<std::size_t>(t) * k, k, s);
-            if (now != was) {
-              kth[t] = now;
-              const int at = atomicAdd(&temp_.moved_count[next], 1);
-              if (at < max_moved) {
-                temp_.moved_row[next][at] = t;
-                temp_.moved_kth[next][at] = was;
-              }
-            }
-          }
-        }
-        ++step;
-        barrier();
-      }
-      barrier();  // a step that ended the phase: its warp results are read before the next writes
+    int size = 0;
+    if (rows <= 32 * token_slots) {
+      if (warp < stepping_warps) size = steps_resident(rows, p, anchors, active, share, stride, top_all, kth);
+    } else if (warp == 0) {
+      size = steps_one_warp(rows, p, anchors, active, share, stride, top_all, kth);
     }
     // The gains vanished below k experts (every share left underflows): K takes the rows' plain
-    // top-k in turn, as the host's fill_from_plain.
+    // top-k in turn, as the host's fill_from_plain. (Thread 0 set every bit of the steps.)
     if (threadIdx.x == 0 && size < k)
       for (int t = 0; t < rows && size < k; ++t)
         if (votes[t])
@@ -338,6 +213,181 @@ class block_budget {
               ++size;
             }
           }
+  }
+
+  /// The steps up to 32 * token_slots rows, by stepping_warps warps with one named barrier
+  /// (id 1) a step. Thread j of them keeps the gains of experts j, j + S, ... (S = their
+  /// threads) in registers, and every warp keeps every token's k best shares inside K in
+  /// registers (lane l: tokens l, l + 32, ...), so each warp inserts the chosen expert's share
+  /// on its own and knows which tokens moved without another barrier. A step: each warp's best
+  /// (gain, id) to a slot (two sets of slots, alternating, so one barrier a step suffices); the
+  /// barrier; every warp takes the best of the slots (the host's argmax: the larger gain, then
+  /// the lower id) and inserts its share; for each token whose k-th moved, every thread replaces
+  /// that token's terms of its gains (an exact sum: the fresh gains). As the host's: to the
+  /// limit, or in mass mode to the target, but not below k experts. Returns K's size.
+  __device__ __forceinline__ int steps_resident(int rows, const route_params& p, const std::uint32_t* anchors,
+                                                std::uint32_t* active, const float* share, int stride,
+                                                const float* top_all, const float* kth_all) {
+    constexpr int threads = 32 * stepping_warps, owned = (MaxN + threads - 1) / threads;
+    const int n = p.num_experts, k = p.top_k, lane = detail::lane_id(), warp = threadIdx.x / 32;
+    gain_t gain[owned];
+    // Bit i: expert threadIdx.x + threads * i is in K or beyond N (closed), or an anchor.
+    std::uint32_t closed = 0, anchored = 0;
+    gain_t most = 0;
+#pragma unroll
+    for (int i = 0; i < owned; ++i) {
+      const int e = threadIdx.x + threads * i;
+      gain[i] = e < n ? temp_.gain[e] : gain_t{0};
+      most = gain[i] > most ? gain[i] : most;
+      if (e >= n || detail::test_bit(active, e)) closed |= 1u << i;
+      if (e < n && detail::test_bit(anchors, e)) anchored |= 1u << i;
+    }
+    float top[token_slots][K], kth[token_slots];
+#pragma unroll
+    for (int r = 0; r < token_slots; ++r) {
+      const int t = lane + 32 * r;
+      kth[r] = t < rows ? kth_all[t] : 0.0f;
+#pragma unroll
+      for (int j = 0; j < K; ++j) top[r][j] = t < rows && j < k ? top_all[static_cast<std::size_t>(j) * rows + t] : 0.0f;
+    }
+    // Gains only shrink: if a warp's all fit in 47 bits now, a 64-bit key orders them to the end.
+    const bool packed = __all_sync(detail::full_mask, most < (gain_t{1} << 47));
+    const gain_t target = temp_.target;
+    const int limit = temp_.limit;
+    gain_t total = temp_.total;
+    int size = temp_.size, slot = 0;
+    for (int phase = temp_.bulk ? 1 : 0; phase < 2; ++phase) {
+      while (!(size >= limit || (phase == 1 && size >= k && p.budget_mass > 0.0f && !(total < target)))) {
+        const std::uint32_t open = (phase == 1 ? ~0u : anchored) & ~closed;
+        gain_t g = 0;  // this thread's best candidate (ascending ids: the first of equal gains)
+        int c = -1;
+#pragma unroll
+        for (int i = 0; i < owned; ++i)
+          if (((open >> i) & 1u) && (c < 0 || gain[i] > g)) g = gain[i], c = threadIdx.x + threads * i;
+        detail::warp_gain_argmax(packed, g, c);
+        if (lane == 0) {
+          temp_.slot_gain[slot][warp] = g;
+          temp_.slot_best[slot][warp] = c;
+        }
+        asm volatile("bar.sync 1, %0;" ::"n"(threads) : "memory");
+        g = 0;
+        c = -1;
+#pragma unroll
+        for (int w = 0; w < stepping_warps; ++w) {
+          const int cw = temp_.slot_best[slot][w];
+          const gain_t gw = temp_.slot_gain[slot][w];
+          if (cw >= 0 && (c < 0 || detail::gain_before(gw, cw, g, c))) g = gw, c = cw;
+        }
+        slot ^= 1;
+        if (c < 0 || (phase == 1 && g == 0)) break;
+        if (c % threads == threadIdx.x) closed |= 1u << (c / threads);
+        if (threadIdx.x == 0) detail::set_bit(active, c);
+        total += g;
+        ++size;
+#pragma unroll
+        for (int r = 0; r < token_slots; ++r) {
+          const int t = lane + 32 * r;
+          const float was = kth[r];
+          if (t < rows) {
+            const float s = share[static_cast<std::size_t>(t) * stride + c];
+            if (s > was) kth[r] = detail::share_insert_k<K>(top[r], 1, k, s);
+          }
+#pragma unroll 1
+          for (unsigned m = __ballot_sync(detail::full_mask, kth[r] != was); m != 0; m &= m - 1) {
+            const int from = __ffs(m) - 1;
+            const float w = __shfl_sync(detail::full_mask, was, from), v = __shfl_sync(detail::full_mask, kth[r], from);
+            const float* st = share + static_cast<std::size_t>(32 * r + from) * stride;
+#pragma unroll
+            for (int i = 0; i < owned; ++i) {
+              const int e = threadIdx.x + threads * i;
+              if (e < n) {
+                const float sh = st[e];
+                gain[i] -= detail::share_gain(sh, w) - detail::share_gain(sh, v);
+              }
+            }
+          }
+        }
+      }
+    }
+    return size;
+  }
+
+  /// The steps above 32 * token_slots rows, by one warp (lane j keeps the gains of experts j,
+  /// j + 32, ... in registers; the tokens' k best shares stay in memory).
+  /// A step: the (gain, id) argmax over the warp's open candidates (the host's: the larger gain,
+  /// then the lower id); each token (a lane each, 32 at a time) inserts the chosen expert's
+  /// share into its k best inside K; for each token whose k-th moved, every lane replaces that
+  /// token's terms of its gains (an exact sum: the fresh gains). As the host's: to the limit, or
+  /// in mass mode to the target, but not below k experts. Returns K's size.
+  __device__ __forceinline__ int steps_one_warp(int rows, const route_params& p, const std::uint32_t* anchors,
+                                                std::uint32_t* active, const float* share, int stride,
+                                                float* top_all, float* kth) {
+    const int n = p.num_experts, k = p.top_k, lane = detail::lane_id();
+    gain_t gain[per_lane];
+    gain_t most = 0;
+#pragma unroll
+    for (int i = 0; i < per_lane; ++i) {
+      const int e = lane + 32 * i;
+      gain[i] = e < n ? temp_.gain[e] : gain_t{0};
+      most = gain[i] > most ? gain[i] : most;
+    }
+    // Gains only shrink: if they all fit in 47 bits now, a 64-bit key orders them to the end.
+    const bool packed = __all_sync(detail::full_mask, most < (gain_t{1} << 47));
+    const gain_t target = temp_.target;
+    const int limit = temp_.limit;
+    gain_t total = temp_.total;
+    int size = temp_.size;
+    for (int phase = temp_.bulk ? 1 : 0; phase < 2; ++phase) {
+      __syncwarp();  // lane 0's bits of the last phase, before every lane reads the set
+      std::uint32_t open = 0;  // bit i: expert lane + 32 i is a candidate of this phase
+#pragma unroll
+      for (int i = 0; i < per_lane; ++i) {
+        const int e = lane + 32 * i;
+        if (e < n && !detail::test_bit(active, e) && (phase == 1 || detail::test_bit(anchors, e))) open |= 1u << i;
+      }
+      while (!(size >= limit || (phase == 1 && size >= k && p.budget_mass > 0.0f && !(total < target)))) {
+        gain_t g = 0;  // this lane's best candidate (ascending ids: the first of equal gains)
+        int c = -1;
+#pragma unroll
+        for (int i = 0; i < per_lane; ++i)
+          if (((open >> i) & 1u) && (c < 0 || gain[i] > g)) g = gain[i], c = lane + 32 * i;
+        if (!detail::warp_gain_argmax(packed, g, c) || (phase == 1 && g == 0)) break;
+        if (lane == (c & 31)) open &= ~(1u << (c >> 5));
+        if (lane == 0) detail::set_bit(active, c);
+        total += g;
+        ++size;
+#pragma unroll 1
+        for (int base = 0; base < rows; base += 32) {
+          const int t = base + lane;
+          float was = 0.0f, now = 0.0f;
+          bool moved = false;
+          if (t < rows) {
+            const float s = share[static_cast<std::size_t>(t) * stride + c];
+            was = kth[t];
+            if (s > was) {
+              now = detail::share_insert_k<K>(top_all + t, rows, k, s);
+              moved = now != was;
+              if (moved) kth[t] = now;
+            }
+          }
+#pragma unroll 1
+          for (unsigned m = __ballot_sync(detail::full_mask, moved); m != 0; m &= m - 1) {
+            const int from = __ffs(m) - 1;
+            const float w = __shfl_sync(detail::full_mask, was, from), v = __shfl_sync(detail::full_mask, now, from);
+            const float* st = share + static_cast<std::size_t>(base + from) * stride;
+#pragma unroll
+            for (int i = 0; i < per_lane; ++i) {
+              const int e = lane + 32 * i;
+              if (e < n) {
+                const float s = st[e];
+                gain[i] -= detail::share_gain(s, w) - detail::share_gain(s, v);
+              }
+            }
+          }
+        }
+      }
+    }
+    return size;
   }
 
   static __device__ __forceinline__ gain_t warp_sum64(gain_t v) {

@@ -67,20 +67,21 @@ LYNX_HD void share_insert(float* top, int k, float share) {
   top[i] = share;
 }
 
-/// share_insert for a list of k <= K shares (share above its last), without a data-dependent
-/// loop: slot i takes max(top[i], min(top[i - 1], share)). Returns the new k-th.
+/// share_insert for a list of k <= K shares (share above its last) at top[0], top[stride], ...,
+/// without a data-dependent loop: slot i takes max(top[i], min(top[i - 1], share)). Returns
+/// the new k-th.
 template <int K>
-LYNX_HD float share_insert_k(float* top, int k, float share) {
+LYNX_HD float share_insert_k(float* top, int stride, int k, float share) {
   float old[K];
   LYNX_UNROLL
-  for (int i = 0; i < K; ++i) old[i] = i < k ? top[i] : 0.0f;
+  for (int i = 0; i < K; ++i) old[i] = i < k ? top[i * stride] : 0.0f;
   float kth = 0.0f;
   LYNX_UNROLL
   for (int i = 0; i < K; ++i) {
     if (i >= k) break;
     const float above = i == 0 ? share : (old[i - 1] < share ? old[i - 1] : share);
     const float v = old[i] > above ? old[i] : above;
-    top[i] = v;
+    top[i * stride] = v;
     kth = v;
   }
   return kth;

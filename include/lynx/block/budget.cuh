@@ -5,11 +5,13 @@
 // Gains are exact integer sums (detail/budget.hpp's gain grid), so no step depends on the order
 // of their terms. The block computes the shares (a warp per token, token-major, in shared memory
 // when they fit, else in the global scratch), inserts K0 by a top-k inside it, and adds each
-// token's gain terms into the candidates' gains with shared-memory atomics. Then one warp takes
-// every step, with no block barrier: lane j keeps the gains of experts j, j + 32, ... in
-// registers; a step is a (gain, id) argmax over the warp, a lane per token inserting the chosen
-// expert's share into that token's k best inside K, and, for each token whose k-th best moved
-// (a few a step), every lane replacing that token's terms of its gains.
+// token's gain terms into the candidates' gains with shared-memory atomics. Then the steps, with
+// no block-wide barrier: up to 32 * token_slots rows, the warps that own candidates keep their
+// gains and every token's k best shares inside K in registers and meet once a step at named
+// barrier 1 (a caller that composes block_budget must not use barrier 1 in those warps at the
+// same time); above that, one warp takes them. A step is a (gain, id) argmax, the chosen
+// expert's share inserted into each token's k best inside K, and, for each token whose k-th
+// best moved (a few a step), every owner replacing that token's terms of its gains.
 
 #include <cstdint>
 
@@ -63,8 +65,11 @@ struct budget_scratch {
 };
 
 /// MaxRows, ShareCapacity, TopCapacity: how many kth, share and top entries the TempStorage
-/// holds; a batch that needs more keeps them in the global scratch (slower steps).
-template <int MaxN, int K, int BlockThreads, int MaxRows = 512, int ShareCapacity = 5120, int TopCapacity = 2048>
+/// holds; a batch that needs more keeps them in the global scratch (slower steps). The default
+/// share capacity holds 64 rows of up to 128 experts (row stride 129), else 5,120 shares, so
+/// that the fused kernels stay within 48 KB of static shared memory.
+template <int MaxN, int K, int BlockThreads, int MaxRows = 512, int ShareCapacity = (MaxN <= 128 ? 64 * 129 : 5120),
+          int TopCapacity = 2048>
 class block_budget {
   static constexpr int warps = BlockThreads / 32;
   static constexpr int per_lane = MaxN / 32;  // a row's keys a lane holds; the gains a lane of one stepping warp keeps

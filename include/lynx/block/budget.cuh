@@ -9,9 +9,11 @@
 // no block-wide barrier: up to 32 * token_slots rows, the warps that own candidates keep their
 // gains and every token's k best shares inside K in registers and meet once a step at named
 // barrier 1 (a caller that composes block_budget must not use barrier 1 in those warps at the
-// same time); above that, one warp takes them. A step is a (gain, id) argmax, the chosen
-// expert's share inserted into each token's k best inside K, and, for each token whose k-th
-// best moved (a few a step), every owner replacing that token's terms of its gains.
+// same time); above that, the same warps keep the gains in shared memory, insert a token a
+// thread and list the moved tokens, with two named barriers a step (one warp alone was 2-5x
+// slower there on an H200). A step is a (gain, id) argmax, the chosen expert's share inserted
+// into each token's k best inside K, and, for each token whose k-th best moved (a few a step),
+// every owner replacing that token's terms of its gains.
 
 #include <cstdint>
 
@@ -76,6 +78,9 @@ class block_budget {
   // The steps up to 32 * token_slots rows: warps with a thread per expert, as many as the block has.
   static constexpr int stepping_warps = MaxN / 32 < warps ? MaxN / 32 : warps;
   static constexpr int token_slots = 2;
+  // Above 32 * token_slots rows: thread j of the stepping threads owns experts j, j + S, ...
+  static constexpr int per_thread = (MaxN + BlockThreads - 1) / BlockThreads;
+  static constexpr int max_moved = 64;  // a longer list: the next step sums every gain afresh
   using gain_t = detail::gain_t;
 
  public:
@@ -90,6 +95,9 @@ class block_budget {
     int size, bulk;
     gain_t slot_gain[2][stepping_warps];  // each stepping warp's best candidate of a step,
     int slot_best[2][stepping_warps];     // and its id (-1: none); two sets, steps alternate
+    int moved_count[2];                   // above 32 * token_slots rows: the tokens whose k-th
+    int moved_row[2][max_moved];          // moved in a step (two steps' lists alternate, one
+    float moved_kth[2][max_moved];        // read while the next is written), their k-th before
   };
 
   __device__ __forceinline__ explicit block_budget(TempStorage& temp) : temp_(temp) {}
@@ -121,6 +129,7 @@ class block_budget {
       if (temp_.bulk)
         for (int w = 0; w < (n + 31) / 32; ++w) active[w] |= anchors[w];
       temp_.total = 0;
+      temp_.moved_count[0] = temp_.moved_count[1] = 0;  // the first step updates nothing
     }
     for (int e = threadIdx.x; e < MaxN; e += BlockThreads) temp_.gain[e] = 0;
     __syncthreads();
@@ -203,8 +212,8 @@ class block_budget {
     int size = 0;
     if (rows <= 32 * token_slots) {
       if (warp < stepping_warps) size = steps_resident(rows, p, anchors, active, share, stride, top_all, kth);
-    } else if (warp == 0) {
-      size = steps_one_warp(rows, p, anchors, active, share, stride, top_all, kth);
+    } else {
+      size = steps_block(rows, p, anchors, active, share, stride, top_all, kth);
     }
     // The gains vanished below k experts (every share left underflows): K takes the rows' plain
     // top-k in turn, as the host's fill_from_plain. (Thread 0 set every bit of the steps.)
@@ -317,80 +326,132 @@ class block_budget {
     return size;
   }
 
-  /// The steps above 32 * token_slots rows, by one warp (lane j keeps the gains of experts j,
-  /// j + 32, ... in registers; the tokens' k best shares stay in memory).
-  /// A step: the (gain, id) argmax over the warp's open candidates (the host's: the larger gain,
-  /// then the lower id); each token (a lane each, 32 at a time) inserts the chosen expert's
-  /// share into its k best inside K; for each token whose k-th moved, every lane replaces that
-  /// token's terms of its gains (an exact sum: the fresh gains). As the host's: to the limit, or
-  /// in mass mode to the target, but not below k experts. Returns K's size.
-  __device__ __forceinline__ int steps_one_warp(int rows, const route_params& p, const std::uint32_t* anchors,
-                                                std::uint32_t* active, const float* share, int stride,
-                                                float* top_all, float* kth) {
-    const int n = p.num_experts, k = p.top_k, lane = detail::lane_id();
-    gain_t gain[per_lane];
+  /// The steps above 32 * token_slots rows, by the warps that own candidates (thread j:
+  /// experts j, j + S, ..., S stepping threads; the others return at once) between named
+  /// barriers (id 1) of their own. A step: every thread replaces its candidates' terms of the
+  /// tokens the last step moved (all of its gains summed afresh when that list overflowed) and
+  /// keeps its best; each warp's best to shared memory; barrier; every thread takes the best of
+  /// the warps' (the host's argmax), and the tokens (a thread each) insert its share into their
+  /// k best inside K, listing those whose k-th moved; barrier. As the host's: to the limit, or
+  /// in mass mode to the target, but not below k experts. Returns K's size (thread 0's).
+  __device__ __forceinline__ int steps_block(int rows, const route_params& p, const std::uint32_t* anchors,
+                                             std::uint32_t* active, const float* share, int stride, float* top_all,
+                                             float* kth) {
+    const int n = p.num_experts, k = p.top_k, lane = detail::lane_id(), warp = threadIdx.x / 32;
+    const int stepping = n < BlockThreads ? (n + 31) / 32 : warps, threads = 32 * stepping;
+    if (warp >= stepping) return 0;
+    const auto barrier = [threads] { asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory"); };
+    // temp_.gain[e], fresh at every step, is thread e % threads's own (shared memory rather than
+    // registers: in registers they spill at 1024 threads, sm_90).
+    gain_t* const gain = temp_.gain;
+    gain_t* const warp_gain = temp_.slot_gain[0];  // stepping <= stepping_warps
+    int* const warp_best = temp_.slot_best[0];
     gain_t most = 0;
 #pragma unroll
-    for (int i = 0; i < per_lane; ++i) {
-      const int e = lane + 32 * i;
-      gain[i] = e < n ? temp_.gain[e] : gain_t{0};
-      most = gain[i] > most ? gain[i] : most;
+    for (int j = 0; j < per_thread; ++j) {
+      const int e = threadIdx.x + threads * j;
+      const gain_t g = e < n ? gain[e] : 0;
+      most = g > most ? g : most;
     }
-    // Gains only shrink: if they all fit in 47 bits now, a 64-bit key orders them to the end.
+    // Gains only shrink: if a warp's all fit in 47 bits now, a 64-bit key orders them to the end.
     const bool packed = __all_sync(detail::full_mask, most < (gain_t{1} << 47));
-    const gain_t target = temp_.target;
-    const int limit = temp_.limit;
-    gain_t total = temp_.total;
-    int size = temp_.size;
+    // The uniform state (the mass, the limits) stays in shared memory: registers are scarce at
+    // 1024 threads. Thread 0 adds each step's gain to the mass after the first barrier; every
+    // thread reads it after the second.
+    int size = temp_.size, step = 0;  // step: the steps taken (its parity picks the moved list)
     for (int phase = temp_.bulk ? 1 : 0; phase < 2; ++phase) {
-      __syncwarp();  // lane 0's bits of the last phase, before every lane reads the set
-      std::uint32_t open = 0;  // bit i: expert lane + 32 i is a candidate of this phase
+      std::uint32_t open = 0;  // bit j: expert threadIdx.x + threads * j is a candidate of this phase
 #pragma unroll
-      for (int i = 0; i < per_lane; ++i) {
-        const int e = lane + 32 * i;
-        if (e < n && !detail::test_bit(active, e) && (phase == 1 || detail::test_bit(anchors, e))) open |= 1u << i;
+      for (int j = 0; j < per_thread; ++j) {
+        const int e = threadIdx.x + threads * j;
+        if (e < n && !detail::test_bit(active, e) && (phase == 1 || detail::test_bit(anchors, e))) open |= 1u << j;
       }
-      while (!(size >= limit || (phase == 1 && size >= k && p.budget_mass > 0.0f && !(total < target)))) {
-        gain_t g = 0;  // this lane's best candidate (ascending ids: the first of equal gains)
-        int c = -1;
+      while (!(size >= temp_.limit ||
+               (phase == 1 && size >= k && p.budget_mass > 0.0f && !(temp_.total < temp_.target)))) {
+        // The last step's moved tokens: each replaces its terms of every gain.
+        const int list = step & 1, moved = temp_.moved_count[list];
+        if (moved <= max_moved) {
+#pragma unroll 1  // a few tokens a step; unrolled, their temporaries would spill at 64 registers
+          for (int i = 0; i < moved; ++i) {
+            const int t = temp_.moved_row[list][i];
+            const float was = temp_.moved_kth[list][i], now = kth[t];
+            const float* st = share + static_cast<std::size_t>(t) * stride;
 #pragma unroll
-        for (int i = 0; i < per_lane; ++i)
-          if (((open >> i) & 1u) && (c < 0 || gain[i] > g)) g = gain[i], c = lane + 32 * i;
-        if (!detail::warp_gain_argmax(packed, g, c) || (phase == 1 && g == 0)) break;
-        if (lane == (c & 31)) open &= ~(1u << (c >> 5));
-        if (lane == 0) detail::set_bit(active, c);
-        total += g;
-        ++size;
-#pragma unroll 1
-        for (int base = 0; base < rows; base += 32) {
-          const int t = base + lane;
-          float was = 0.0f, now = 0.0f;
-          bool moved = false;
-          if (t < rows) {
-            const float s = share[static_cast<std::size_t>(t) * stride + c];
-            was = kth[t];
-            if (s > was) {
-              now = detail::share_insert_k<K>(top_all + t, rows, k, s);
-              moved = now != was;
-              if (moved) kth[t] = now;
-            }
-          }
-#pragma unroll 1
-          for (unsigned m = __ballot_sync(detail::full_mask, moved); m != 0; m &= m - 1) {
-            const int from = __ffs(m) - 1;
-            const float w = __shfl_sync(detail::full_mask, was, from), v = __shfl_sync(detail::full_mask, now, from);
-            const float* st = share + static_cast<std::size_t>(base + from) * stride;
-#pragma unroll
-            for (int i = 0; i < per_lane; ++i) {
-              const int e = lane + 32 * i;
+            for (int j = 0; j < per_thread; ++j) {
+              const int e = threadIdx.x + threads * j;
               if (e < n) {
                 const float s = st[e];
-                gain[i] -= detail::share_gain(s, w) - detail::share_gain(s, v);
+                gain[e] -= detail::share_gain(s, was) - detail::share_gain(s, now);
+              }
+            }
+          }
+        } else {  // too many to list: every gain afresh (an exact sum: the same in any order)
+#pragma unroll
+          for (int j = 0; j < per_thread; ++j) {
+            const int e = threadIdx.x + threads * j;
+            gain_t g = 0;
+            if (e < n) {
+#pragma unroll 1
+              for (int t = 0; t < rows; ++t) g += detail::share_gain(share[static_cast<std::size_t>(t) * stride + e], kth[t]);
+              gain[e] = g;
+            }
+          }
+        }
+        gain_t g = 0;  // this thread's best candidate (ascending ids: the first of equal gains)
+        int c = -1;
+#pragma unroll
+        for (int j = 0; j < per_thread; ++j) {
+          const int e = threadIdx.x + threads * j;
+          if ((open >> j) & 1u) {  // open: e < n
+            const gain_t ge = gain[e];
+            if (c < 0 || ge > g) g = ge, c = e;
+          }
+        }
+        detail::warp_gain_argmax(packed, g, c);
+        if (lane == 0) {
+          warp_gain[warp] = g;
+          warp_best[warp] = c;
+        }
+        barrier();
+        g = 0;
+        c = -1;
+#pragma unroll 1
+        for (int w = 0; w < stepping; ++w) {  // the host's argmax: the larger gain, then the lower id
+          const int cw = warp_best[w];
+          const gain_t gw = warp_gain[w];
+          if (cw >= 0 && (c < 0 || detail::gain_before(gw, cw, g, c))) g = gw, c = cw;
+        }
+        // The list just applied is empty again (read before the barrier above): a step that
+        // ends the phase leaves the next phase's first step nothing to apply twice.
+        if (threadIdx.x == 0) temp_.moved_count[list] = 0;
+        if (c < 0 || (phase == 1 && g == 0)) break;
+        if (threadIdx.x == (c % threads)) open &= ~(1u << (c / threads));
+        if (threadIdx.x == 0) {
+          detail::set_bit(active, c);
+          temp_.total += g;
+        }
+        ++size;
+        const int next = list ^ 1;
+        // Every token's k best shares inside K (a thread each); the moved ones are listed.
+#pragma unroll 1
+        for (int t = threadIdx.x; t < rows; t += threads) {
+          const float s = share[static_cast<std::size_t>(t) * stride + c], was = kth[t];
+          if (s > was) {
+            const float now = detail::share_insert_k<K>(top_all + t, rows, k, s);
+            if (now != was) {
+              kth[t] = now;
+              const int at = atomicAdd(&temp_.moved_count[next], 1);
+              if (at < max_moved) {
+                temp_.moved_row[next][at] = t;
+                temp_.moved_kth[next][at] = was;
               }
             }
           }
         }
+        ++step;
+        barrier();
       }
+      barrier();  // a step that ended the phase: its warp results are read before the next writes
     }
     return size;
   }

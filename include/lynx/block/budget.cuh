@@ -258,11 +258,11 @@ class block_budget {
   /// K in registers (lane l: tokens l, l + 32, ...), so each warp inserts the chosen expert's
   /// share on its own and knows which tokens moved without another barrier. A step: each warp's
   /// best (gain, id) key to a slot (two sets of slots, alternating, so one barrier a step
-  /// suffices); the barrier; every warp takes the max of the slots' keys, a lane a slot (the
-  /// host's argmax: the larger gain, then the lower id), and inserts its share (the second
-  /// token slot only above 32 rows); for each token whose k-th moved, every thread replaces
-  /// that token's terms of its gains (an exact sum: the fresh gains). As the host's: to the
-  /// limit, or in mass mode to the target, but not below k experts. Returns K's size.
+  /// suffices); the barrier; every thread reads the slots' keys and takes their max (the
+  /// host's argmax: the larger gain, then the lower id), and every warp inserts its share (the
+  /// second token slot only above 32 rows); for each token whose k-th moved, every thread
+  /// replaces that token's terms of its gains (an exact sum: the fresh gains). As the host's:
+  /// to the limit, or in mass mode to the target, but not below k experts. Returns K's size.
   __device__ __forceinline__ int steps_resident(int rows, const route_params& p, const std::uint32_t* anchors,
                                                 std::uint32_t* active, const float* share, int stride,
                                                 const float* top_all, const float* kth_all) {
@@ -302,7 +302,7 @@ class block_budget {
         const std::uint64_t key = detail::warp_max_key(detail::gain_key(g, c));
         if (lane == 0) temp_.slot_key[slot][warp] = key;
         asm volatile("bar.sync 1, %0;" ::"n"(threads) : "memory");
-        const std::uint64_t best = detail::warp_max_key(lane < stepping_warps ? temp_.slot_key[slot][lane] : 0);
+        const std::uint64_t best = slots_max(temp_.slot_key[slot]);
         g = best ? detail::key_gain(best) : 0;
         c = best ? detail::key_expert(best) : -1;
         slot ^= 1;
@@ -459,6 +459,16 @@ class block_budget {
       barrier();  // a step that ended the phase: its warp results are read before the next writes
     }
     return size;
+  }
+
+  /// The largest of the stepping warps' slot keys, read by every thread: a short chain of
+  /// 64-bit maxes (a warp max, a butterfly of shuffles before sm_80, cost more in GPGPU-Sim at
+  /// four slots).
+  static __device__ __forceinline__ std::uint64_t slots_max(const std::uint64_t* slot) {
+    std::uint64_t best = slot[0];
+#pragma unroll
+    for (int w = 1; w < stepping_warps; ++w) best = slot[w] > best ? slot[w] : best;
+    return best;
   }
 
   static __device__ __forceinline__ gain_t warp_sum64(gain_t v) {

@@ -29,16 +29,22 @@ namespace lynx {
 
 namespace detail {
 
+/// A candidate (gain g < 2^47, id c; c < 0: none, key 0) as a 64-bit key whose max is the
+/// greedy's choice: the larger gain, then the lower id.
+__device__ __forceinline__ std::uint64_t gain_key(gain_t g, int c) {
+  return c < 0 ? 0 : ((g + 1) << 16) | static_cast<std::uint64_t>(0xFFFF - c);
+}
+__device__ __forceinline__ gain_t key_gain(std::uint64_t key) { return (key >> 16) - 1; }
+
 /// The warp's best candidate of every lane's (g: its gain, c: its id, c < 0: none): the larger
 /// gain, then the lower id, into g and c of every lane. Returns false when no lane has one.
 /// packed: every g is below 2^47, so one 64-bit max of (g + 1, 0xFFFF - c) keys decides (its
 /// high word first, warp_max_key); else the largest g, then the lowest id among its holders.
 __device__ __forceinline__ bool warp_gain_argmax(bool packed, gain_t& g, int& c) {
   if (packed) {
-    const std::uint64_t key = c < 0 ? 0 : ((g + 1) << 16) | static_cast<std::uint64_t>(0xFFFF - c);
-    const std::uint64_t best = warp_max_key(key);
+    const std::uint64_t best = warp_max_key(gain_key(g, c));
     if (best == 0) return false;
-    g = (best >> 16) - 1;
+    g = key_gain(best);
     c = key_expert(best);
     return true;
   }
@@ -93,8 +99,11 @@ class block_budget {
     gain_t target;               // the mass mode's target for it (budget_mass times the voters)
     int limit;                   // the count limit (budget_limit)
     int size, bulk;
-    gain_t slot_gain[2][stepping_warps];  // each stepping warp's best candidate of a step,
-    int slot_best[2][stepping_warps];     // and its id (-1: none); two sets, steps alternate
+    std::uint64_t slot_key[2][stepping_warps];  // up to 32 * token_slots rows: each stepping warp's
+                                                // best candidate of a step (gain_key, 0: none);
+                                                // two sets, steps alternate
+    gain_t warp_gain[stepping_warps];           // above: each stepping warp's best gain,
+    int warp_best[stepping_warps];              // and its id (-1: none)
     int moved_count[2];                   // above 32 * token_slots rows: the tokens whose k-th
     int moved_row[2][max_moved];          // moved in a step (two steps' lists alternate, one
     float moved_kth[2][max_moved];        // read while the next is written), their k-th before
@@ -113,23 +122,31 @@ class block_budget {
                       const route_params& p, const std::uint32_t* plain_set, const std::uint32_t* anchors,
                       std::uint32_t* active, budget_scratch ws) {
     const int n = p.num_experts, k = p.top_k, rows = num_rows;
-    if (threadIdx.x == 0) {  // counts: voters, plain unique experts; K0 with and without the anchors
-      int voters = 0, unique = 0, size = 0, with_anchors = 0;
-      for (int t = 0; t < rows; ++t) voters += votes[t];
-      for (int w = 0; w < (n + 31) / 32; ++w) {
+    if (threadIdx.x < 32) {  // warp 0 counts: voters, plain unique experts, K0 with and without the anchors
+      const int lane = threadIdx.x, words = (n + 31) / 32;
+      int voters = 0;
+      for (int t = lane; t < rows; t += 32) voters += votes[t];
+      int unique = 0, size = 0, with_anchors = 0;
+      for (int w = lane; w < words; w += 32) {
         unique += __popc(plain_set[w]);
         size += __popc(active[w]);
         with_anchors += __popc(active[w] | anchors[w]);
       }
+      // Two sums of two 16-bit counts each (every count is at most 1,024, N or 512 rows).
+      const int a = detail::warp_sum(voters | unique << 16), b = detail::warp_sum(size | with_anchors << 16);
+      voters = a & 0xFFFF, unique = a >> 16, size = b & 0xFFFF, with_anchors = b >> 16;
       const int limit = detail::budget_limit(p.budget_experts, p.budget_fraction, unique, n, k);
-      temp_.limit = limit;
-      temp_.target = detail::to_gain(p.budget_mass * static_cast<float>(voters));
-      temp_.bulk = with_anchors <= limit;  // then every anchor joins K0 at once
-      temp_.size = temp_.bulk ? with_anchors : size;
-      if (temp_.bulk)
-        for (int w = 0; w < (n + 31) / 32; ++w) active[w] |= anchors[w];
-      temp_.total = 0;
-      temp_.moved_count[0] = temp_.moved_count[1] = 0;  // the first step updates nothing
+      const bool bulk = with_anchors <= limit;  // then every anchor joins K0 at once
+      if (bulk)
+        for (int w = lane; w < words; w += 32) active[w] |= anchors[w];
+      if (lane == 0) {
+        temp_.limit = limit;
+        temp_.target = detail::to_gain(p.budget_mass * static_cast<float>(voters));
+        temp_.bulk = bulk;
+        temp_.size = bulk ? with_anchors : size;
+        temp_.total = 0;
+        temp_.moved_count[0] = temp_.moved_count[1] = 0;  // the first step updates nothing
+      }
     }
     for (int e = threadIdx.x; e < MaxN; e += BlockThreads) temp_.gain[e] = 0;
     __syncthreads();
@@ -209,11 +226,17 @@ class block_budget {
       if (lane == 0 && mass) atomicAdd(reinterpret_cast<unsigned long long*>(&temp_.total), mass);
     }
     __syncthreads();
+    // Gains only shrink: if every one fits in 47 bits now (shares are at most 1, so up to 2^15
+    // rows), a 64-bit (gain, id) key orders them to the end (gain_key); decided for the whole
+    // block. The register-resident steps take only such keys; wider gains step in shared memory.
+    gain_t most = 0;
+    for (int e = threadIdx.x; e < MaxN; e += BlockThreads) most = temp_.gain[e] > most ? temp_.gain[e] : most;
+    const bool packed = __syncthreads_and(most < (gain_t{1} << 47));
     int size = 0;
-    if (rows <= 32 * token_slots) {
+    if (rows <= 32 * token_slots && packed) {
       if (warp < stepping_warps) size = steps_resident(rows, p, anchors, active, share, stride, top_all, kth);
     } else {
-      size = steps_block(rows, p, anchors, active, share, stride, top_all, kth);
+      size = steps_block(packed, rows, p, anchors, active, share, stride, top_all, kth);
     }
     // The gains vanished below k experts (every share left underflows): K takes the rows' plain
     // top-k in turn, as the host's fill_from_plain. (Thread 0 set every bit of the steps.)
@@ -229,16 +252,17 @@ class block_budget {
           }
   }
 
-  /// The steps up to 32 * token_slots rows, by stepping_warps warps with one named barrier
-  /// (id 1) a step. Thread j of them keeps the gains of experts j, j + S, ... (S = their
-  /// threads) in registers, and every warp keeps every token's k best shares inside K in
-  /// registers (lane l: tokens l, l + 32, ...), so each warp inserts the chosen expert's share
-  /// on its own and knows which tokens moved without another barrier. A step: each warp's best
-  /// (gain, id) to a slot (two sets of slots, alternating, so one barrier a step suffices); the
-  /// barrier; every warp takes the best of the slots (the host's argmax: the larger gain, then
-  /// the lower id) and inserts its share; for each token whose k-th moved, every thread replaces
-  /// that token's terms of its gains (an exact sum: the fresh gains). As the host's: to the
-  /// limit, or in mass mode to the target, but not below k experts. Returns K's size.
+  /// The steps up to 32 * token_slots rows (gains packed), by stepping_warps warps with one
+  /// named barrier (id 1) a step. Thread j of them keeps the gains of experts j, j + S, ...
+  /// (S = their threads) in registers, and every warp keeps every token's k best shares inside
+  /// K in registers (lane l: tokens l, l + 32, ...), so each warp inserts the chosen expert's
+  /// share on its own and knows which tokens moved without another barrier. A step: each warp's
+  /// best (gain, id) key to a slot (two sets of slots, alternating, so one barrier a step
+  /// suffices); the barrier; every thread reads the slots' keys and takes their max (the
+  /// host's argmax: the larger gain, then the lower id), and every warp inserts its share (the
+  /// second token slot only above 32 rows); for each token whose k-th moved, every thread
+  /// replaces that token's terms of its gains (an exact sum: the fresh gains). As the host's:
+  /// to the limit, or in mass mode to the target, but not below k experts. Returns K's size.
   __device__ __forceinline__ int steps_resident(int rows, const route_params& p, const std::uint32_t* anchors,
                                                 std::uint32_t* active, const float* share, int stride,
                                                 const float* top_all, const float* kth_all) {
@@ -247,12 +271,10 @@ class block_budget {
     gain_t gain[owned];
     // Bit i: expert threadIdx.x + threads * i is in K or beyond N (closed), or an anchor.
     std::uint32_t closed = 0, anchored = 0;
-    gain_t most = 0;
 #pragma unroll
     for (int i = 0; i < owned; ++i) {
       const int e = threadIdx.x + threads * i;
       gain[i] = e < n ? temp_.gain[e] : gain_t{0};
-      most = gain[i] > most ? gain[i] : most;
       if (e >= n || detail::test_bit(active, e)) closed |= 1u << i;
       if (e < n && detail::test_bit(anchors, e)) anchored |= 1u << i;
     }
@@ -264,8 +286,6 @@ class block_budget {
 #pragma unroll
       for (int j = 0; j < K; ++j) top[r][j] = t < rows && j < k ? top_all[static_cast<std::size_t>(j) * rows + t] : 0.0f;
     }
-    // Gains only shrink: if a warp's all fit in 47 bits now, a 64-bit key orders them to the end.
-    const bool packed = __all_sync(detail::full_mask, most < (gain_t{1} << 47));
     const gain_t target = temp_.target;
     const int limit = temp_.limit;
     gain_t total = temp_.total;
@@ -278,20 +298,13 @@ class block_budget {
 #pragma unroll
         for (int i = 0; i < owned; ++i)
           if (((open >> i) & 1u) && (c < 0 || gain[i] > g)) g = gain[i], c = threadIdx.x + threads * i;
-        detail::warp_gain_argmax(packed, g, c);
-        if (lane == 0) {
-          temp_.slot_gain[slot][warp] = g;
-          temp_.slot_best[slot][warp] = c;
-        }
+        // The warp's best key in its slot (0: none); the warps' best is the max of the slots.
+        const std::uint64_t key = detail::warp_max_key(detail::gain_key(g, c));
+        if (lane == 0) temp_.slot_key[slot][warp] = key;
         asm volatile("bar.sync 1, %0;" ::"n"(threads) : "memory");
-        g = 0;
-        c = -1;
-#pragma unroll
-        for (int w = 0; w < stepping_warps; ++w) {
-          const int cw = temp_.slot_best[slot][w];
-          const gain_t gw = temp_.slot_gain[slot][w];
-          if (cw >= 0 && (c < 0 || detail::gain_before(gw, cw, g, c))) g = gw, c = cw;
-        }
+        const std::uint64_t best = slots_max(temp_.slot_key[slot]);
+        g = best ? detail::key_gain(best) : 0;
+        c = best ? detail::key_expert(best) : -1;
         slot ^= 1;
         if (c < 0 || (phase == 1 && g == 0)) break;
         if (c % threads == threadIdx.x) closed |= 1u << (c / threads);
@@ -300,6 +313,7 @@ class block_budget {
         ++size;
 #pragma unroll
         for (int r = 0; r < token_slots; ++r) {
+          if (r > 0 && rows <= 32 * r) break;  // no token in this slot (uniform)
           const int t = lane + 32 * r;
           const float was = kth[r];
           if (t < rows) {
@@ -334,7 +348,7 @@ class block_budget {
   /// the warps' (the host's argmax), and the tokens (a thread each) insert its share into their
   /// k best inside K, listing those whose k-th moved; barrier. As the host's: to the limit, or
   /// in mass mode to the target, but not below k experts. Returns K's size (thread 0's).
-  __device__ __forceinline__ int steps_block(int rows, const route_params& p, const std::uint32_t* anchors,
+  __device__ __forceinline__ int steps_block(bool packed, int rows, const route_params& p, const std::uint32_t* anchors,
                                              std::uint32_t* active, const float* share, int stride, float* top_all,
                                              float* kth) {
     const int n = p.num_experts, k = p.top_k, lane = detail::lane_id(), warp = threadIdx.x / 32;
@@ -344,17 +358,8 @@ class block_budget {
     // temp_.gain[e], fresh at every step, is thread e % threads's own (shared memory rather than
     // registers: in registers they spill at 1024 threads, sm_90).
     gain_t* const gain = temp_.gain;
-    gain_t* const warp_gain = temp_.slot_gain[0];  // stepping <= stepping_warps
-    int* const warp_best = temp_.slot_best[0];
-    gain_t most = 0;
-#pragma unroll
-    for (int j = 0; j < per_thread; ++j) {
-      const int e = threadIdx.x + threads * j;
-      const gain_t g = e < n ? gain[e] : 0;
-      most = g > most ? g : most;
-    }
-    // Gains only shrink: if a warp's all fit in 47 bits now, a 64-bit key orders them to the end.
-    const bool packed = __all_sync(detail::full_mask, most < (gain_t{1} << 47));
+    gain_t* const warp_gain = temp_.warp_gain;  // stepping <= stepping_warps
+    int* const warp_best = temp_.warp_best;
     // The uniform state (the mass, the limits) stays in shared memory: registers are scarce at
     // 1024 threads. Thread 0 adds each step's gain to the mass after the first barrier; every
     // thread reads it after the second.
@@ -454,6 +459,16 @@ class block_budget {
       barrier();  // a step that ended the phase: its warp results are read before the next writes
     }
     return size;
+  }
+
+  /// The largest of the stepping warps' slot keys, read by every thread: a short chain of
+  /// 64-bit maxes (a warp max, a butterfly of shuffles before sm_80, cost more in GPGPU-Sim at
+  /// four slots).
+  static __device__ __forceinline__ std::uint64_t slots_max(const std::uint64_t* slot) {
+    std::uint64_t best = slot[0];
+#pragma unroll
+    for (int w = 1; w < stepping_warps; ++w) best = slot[w] > best ? slot[w] : best;
+    return best;
   }
 
   static __device__ __forceinline__ gain_t warp_sum64(gain_t v) {

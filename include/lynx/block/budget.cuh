@@ -462,8 +462,8 @@ class block_budget {
   }
 
   /// The largest of the stepping warps' slot keys, read by every thread: a short chain of
-  /// 64-bit maxes (a warp max, a butterfly of shuffles before sm_80, cost more in GPGPU-Sim at
-  /// four slots).
+  /// 64-bit maxes. (A warp max of them, a lane a slot, cost more in GPGPU-Sim at four slots:
+  /// before sm_80 a warp max is a butterfly of shuffles.)
   static __device__ __forceinline__ std::uint64_t slots_max(const std::uint64_t* slot) {
     std::uint64_t best = slot[0];
 #pragma unroll

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The device check: on a machine with an NVIDIA GPU, build, run the device tests, run
 # compute-sanitizer (memcheck, racecheck, initcheck, synccheck) over them, run the benchmark
-# suite and the examples on the GPU, and write everything (JSON and logs) to the folder given
-# as the argument. Exit status: 0 when every step passed.
+# suite and the examples on the GPU, profile one fused routing call with ncu (where ncu is
+# installed; reports only, outside the pass/fail), and write everything (JSON, reports and logs)
+# to the folder given as the argument. Exit status: 0 when every checked step passed.
 #
 #   scripts/device-check.sh OUTDIR
 #   LYNX_PREBUILT=DIR scripts/device-check.sh OUTDIR
@@ -55,6 +56,31 @@ route_ops='^device/(route_lynx|route_grid|route_fused|route_default|topk_route)/
 step bench_route 180 "$b"/bench/lynx_bench_device --benchmark_filter="$route_ops" --benchmark_min_time=0.05 \
   --benchmark_out="$out/bench_route.json" --benchmark_out_format=json
 [ -f "$out/bench_route.json" ] && python3 scripts/bench_targets.py "$out/bench_route.json" >"$out/targets.txt" 2>&1
+# Where the fused kernel's cycles go (issue 10: a budget greedy step costs 1-2 us on the H200,
+# several times what its instructions' latencies add up to): ncu's PC sampling per SASS
+# instruction and the warp states of one fused call at Qwen3-30B-A3B's shape, T 16 (33 greedy
+# steps under the default policy). Cold: lynx_one_call's only call, caches flushed (ncu's
+# default). Warm: a call of the benchmark's graph replays after 40 others of the same kernel,
+# caches kept, for the default and the paper's policy. An instruction cache that misses shows
+# as the cold run's extra "No Instruction" stalls. Reports only, outside the pass/fail.
+if command -v ncu >/dev/null 2>&1; then
+  sections=(--section SourceCounters --section WarpStateStats --section SpeedOfLight --section LaunchStats
+    --pc-sampling-interval 0 -k regex:fused_route_kernel -c 1 -f)
+  for run in default_cold default_warm paper_warm; do
+    rep="$out/ncu_$run"
+    case $run in
+      default_cold) cmd=(--cache-control all "$b"/bench/lynx_one_call route 128 8 16) ;;
+      default_warm) cmd=(--cache-control none --launch-skip 40 "$b"/bench/lynx_bench_device
+        --benchmark_filter='^device/route_default/qwen3-30b-a3b/fp32/16/' --benchmark_min_time=0.01) ;;
+      paper_warm) cmd=(--cache-control none --launch-skip 40 "$b"/bench/lynx_bench_device
+        --benchmark_filter='^device/route_fused/qwen3-30b-a3b/fp32/16/' --benchmark_min_time=0.01) ;;
+    esac
+    timeout 120 ncu "${sections[@]}" -o "$rep" "${cmd[@]}" >"$rep.log" 2>&1
+    echo "ncu_$run rc=$? (not checked)" | tee -a "$out/summary.txt"
+    ncu -i "$rep.ncu-rep" --page details --csv >"$rep-details.csv" 2>>"$rep.log"
+    ncu -i "$rep.ncu-rep" --page source --csv --print-source sass >"$rep-sass.csv" 2>>"$rep.log"
+  done
+fi
 step bench_device 180 "$b"/bench/lynx_bench_device --benchmark_filter="-$route_ops" --benchmark_min_time=0.02 \
   --benchmark_out="$out/bench_device.json" --benchmark_out_format=json
 

@@ -4,8 +4,9 @@
 // which lanes hold them: it is exactly the host path's selection.
 //
 // The result is spread across lanes: lane r < k holds the r-th largest key (descending), other
-// lanes 0. So no lane keeps an array of k keys, and nothing is indexed at run time: K, the
-// compile-time bound on k, unrolls the rounds, and registers hold all the state.
+// lanes 0. So no lane keeps an array of k keys, and nothing is indexed by the round: registers
+// hold all the state. The rounds stay a loop: unrolled K times they were a third of the fused
+// kernel's code, which a cold instruction cache pays for (bench/README, "Code size").
 
 #include <cstdint>
 
@@ -22,7 +23,7 @@ __device__ __forceinline__ std::uint64_t warp_topk(const std::uint64_t (&keys)[P
 #pragma unroll
   for (int i = 0; i < PerLane; ++i) work[i] = keys[i];
   std::uint64_t mine = 0;
-#pragma unroll
+#pragma unroll 1
   for (int r = 0; r < K; ++r) {
     if (r >= k) break;
     std::uint64_t local = 0;

@@ -25,7 +25,7 @@ LYNX_HD constexpr int fused_threads(int max_n, bool router = false) {
 }
 
 /// A compile-time tier: MaxN bounds N (lane j of a row's warp holds MaxN/32 keys), K bounds k
-/// (the top-k rounds unroll K times; the real k may be smaller).
+/// (the loops that fill k slots of a row unroll K times; the real k may be smaller).
 struct tier {
   int max_n, max_k;
 };

@@ -15,8 +15,9 @@
 namespace lynx {
 
 /// Warp-collective. keys: this lane's keys (0 = none); k <= K. Returns this lane's slot of the
-/// top-k (0 past k, or when fewer than k nonzero keys exist).
-template <int K, int PerLane>
+/// top-k (0 past k, or when fewer than k nonzero keys exist). StopEarly: the rounds end when no
+/// key is left (for sparse keys; a dense row pays a compare a round for nothing).
+template <int K, bool StopEarly = false, int PerLane>
 __device__ __forceinline__ std::uint64_t warp_topk(const std::uint64_t (&keys)[PerLane], int k) {
   const int lane = detail::lane_id();
   std::uint64_t work[PerLane];
@@ -30,6 +31,7 @@ __device__ __forceinline__ std::uint64_t warp_topk(const std::uint64_t (&keys)[P
 #pragma unroll
     for (int i = 0; i < PerLane; ++i) local = work[i] > local ? work[i] : local;
     const std::uint64_t winner = detail::warp_max_key(local);
+    if (StopEarly && winner == 0) break;  // uniform: the remaining slots stay 0
     if (lane == r) mine = winner;
 #pragma unroll
     for (int i = 0; i < PerLane; ++i) work[i] = work[i] == winner ? 0 : work[i];

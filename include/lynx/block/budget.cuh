@@ -205,8 +205,9 @@ class block_budget {
         if (e < n) st[e] = share_of(row.key[i]);
       }
       // K0's members insert their shares, the best k of them (with a router's row, a member
-      // outside the kept groups has no key there and a share of 0).
-      const std::uint64_t best = members_topk(row, active, pk, k);
+      // outside the kept groups has no key there and a share of 0). K0 is small (the pinned
+      // experts and anchors), so the rounds end when no member is left.
+      const std::uint64_t best = warp_topk_in<K, true>(row, active, pk, k);
       float top = 0.0f;
       if (lane < k && best) {
         const float s = share_of(best);
@@ -469,38 +470,6 @@ class block_budget {
 #pragma unroll
     for (int w = 1; w < stepping_warps; ++w) best = slot[w] > best ? slot[w] : best;
     return best;
-  }
-
-  /// Warp-collective: the row's best k keys inside K0 (`active`), spread as warp_topk's (lane
-  /// r: the r-th; 0 past the members): its plain top-k's members (plain: this lane's slot of
-  /// it), then the best other members. K0 is small (the pinned experts and anchors, at most a
-  /// top-1 a row), so a row has few members below its plain k-th, and the rounds end when none
-  /// is left (warp_topk_in's would go on through non-members: 7 rounds for nothing at one row).
-  static __device__ __forceinline__ std::uint64_t members_topk(const warp_row<MaxN>& row, const std::uint32_t* active,
-                                                               std::uint64_t plain, int k) {
-    const int lane = detail::lane_id();
-    const bool member = lane < k && plain && detail::test_bit(active, detail::key_expert(plain));
-    const unsigned in_k = __ballot_sync(detail::full_mask, member);
-    const int kept = __popc(in_k);
-    if (kept == k) return plain;
-    std::uint64_t mine = 0;  // slot s < kept: the s-th member of the plain top-k
-#pragma unroll
-    for (int r = 0; r < K; ++r) {
-      const std::uint64_t v = __shfl_sync(detail::full_mask, plain, r);
-      if (r < k && ((in_k >> r) & 1u) && lane == __popc(in_k & ((1u << r) - 1u))) mine = v;
-    }
-    // The other members lie below the plain k-th (the plain top-k is every key at or above it).
-    const std::uint64_t kth = __shfl_sync(detail::full_mask, plain, k - 1);
-    std::uint64_t rest[per_lane];
-#pragma unroll
-    for (int i = 0; i < per_lane; ++i) {
-      const std::uint64_t key = row.key[i];
-      rest[i] = key != 0 && key < kth && detail::test_bit(active, warp_row<MaxN>::expert(i)) ? key : 0;
-    }
-    const std::uint64_t more = warp_topk<K, true>(rest, k - kept);  // lanes 0 .. k - kept - 1
-    const std::uint64_t shifted = __shfl_sync(detail::full_mask, more, (lane - kept) & 31);
-    if (lane >= kept && lane < k) mine = shifted;
-    return mine;
   }
 
   static __device__ __forceinline__ gain_t warp_sum64(gain_t v) {

@@ -59,8 +59,9 @@ __device__ __forceinline__ std::uint64_t warp_z_topk_set(const warp_row<MaxN>& r
 /// only when K has fewer than k experts (the keys in that order: members, then the rest).
 /// plain: the row's lane-spread plain top-k. Its members of K are K's best and keep their
 /// order, so only the missing slots take rounds of the warp max (none when the plain top-k lies
-/// inside K).
-template <int K, int MaxN>
+/// inside K). MembersOnly: slots past K's members stay 0, and the rounds end when no member
+/// is left (for a small K, as the budget's K0: one round at one row instead of k - 1).
+template <int K, bool MembersOnly = false, int MaxN>
 __device__ __forceinline__ std::uint64_t warp_topk_in(const warp_row<MaxN>& row, const std::uint32_t* active,
                                                       std::uint64_t plain, int k) {
   const int lane = detail::lane_id();
@@ -83,9 +84,10 @@ __device__ __forceinline__ std::uint64_t warp_topk_in(const warp_row<MaxN>& row,
   for (int i = 0; i < MaxN / 32; ++i) {
     const std::uint64_t key = row.key[i];
     const bool in = detail::test_bit(active, warp_row<MaxN>::expert(i));
-    rest[i] = key != 0 && !(in && key >= kth) ? (key | detail::active_bit(in)) : 0;
+    const bool candidate = MembersOnly ? in && key < kth : !(in && key >= kth);
+    rest[i] = key != 0 && candidate ? (key | detail::active_bit(in)) : 0;
   }
-  const std::uint64_t more = warp_topk<K>(rest, k - kept);  // lanes 0 .. k - kept - 1
+  const std::uint64_t more = warp_topk<K, MembersOnly>(rest, k - kept);  // lanes 0 .. k - kept - 1
   const std::uint64_t shifted = __shfl_sync(detail::full_mask, more, (lane - kept) & 31);
   if (lane >= kept && lane < k) mine = shifted & ~detail::active_bit(true);
   return mine;

@@ -355,6 +355,97 @@ TEST(Device, BudgetGreedyMatchesHost) {
   }
 }
 
+/// One valid row (B = 1) on the one-block path, which routes it by its warp alone
+/// (block_route::run_one_row): ids and weights against the host path's full algorithm.
+template <class T, class IdT>
+void one_row_case(const std::vector<float>& Lf, int n, int rows, const lynx::route_params& p, bool pinned,
+                  bool device_count) {
+  const std::vector<T> L = convert<T>(Lf);
+  const int k = p.top_k;
+  std::vector<std::uint8_t> mask(rows, 0);
+  mask[0] = pinned;
+  std::vector<IdT> want(static_cast<std::size_t>(rows) * k, IdT(-5));
+  std::vector<float> want_w(want.size(), -5.0f);
+  ASSERT_EQ(lynx::host::route(lynx::batch_ref<T, IdT>{L.data(), n, rows, 1, want.data(), want_w.data(),
+                                                      pinned ? mask.data() : nullptr},
+                              p),
+            lynx::status::success);
+  auto d_L = to_device(L);
+  auto d_mask = to_device(mask);
+  thrust::device_vector<int> d_count(1, 1);
+  thrust::device_vector<IdT> d_ids(want.size(), IdT(-5));
+  thrust::device_vector<float> d_w(want.size(), -5.0f);
+  const lynx::token_count valid = device_count ? lynx::token_count(thrust::raw_pointer_cast(d_count.data()))
+                                               : lynx::token_count(1);
+  const lynx::batch_ref<T, IdT> batch{thrust::raw_pointer_cast(d_L.data()), n, rows, valid,
+                                      thrust::raw_pointer_cast(d_ids.data()), thrust::raw_pointer_cast(d_w.data()),
+                                      pinned ? thrust::raw_pointer_cast(d_mask.data()) : nullptr};
+  std::size_t bytes = 0;
+  ASSERT_EQ(lynx::route(nullptr, bytes, lynx::batch_ref<T, IdT>{nullptr, n, rows, valid}, p), cudaSuccess);
+  thrust::device_vector<char> ws(bytes);
+  ASSERT_EQ(lynx::detail::route_with(lynx::detail::decode_choice::fused, thrust::raw_pointer_cast(ws.data()), bytes,
+                                     batch, p, lynx::sorted_layout_ref{}, cudaStream_t{}),
+            cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(to_host(d_ids), want);
+  expect_weights_close(to_host(d_w), want_w, "one-row weights");
+}
+
+TEST(Device, OneValidRowMatchesHost) {
+  // Every policy (the budget in its three limit modes) at every tier, for rows that stress the
+  // single-row greedy: ties in the logits, shares that vanish on the gain grid (K filled from
+  // the plain top-k), shares that tie only after truncation to the grid (the greedy then takes
+  // the lower id, not the larger logit), a row with no finite logit, NaN and +inf; pinned or
+  // not, with padding rows behind it, B on the host or on the device, three logit types.
+  SKIP_WITHOUT_DEVICE();
+  struct policy_case {
+    lynx::policy kind;
+    bool anchor;
+    int keep_k, extra_experts;
+    float budget_fraction, budget_mass;
+  };
+  const policy_case cases[] = {
+      {lynx::policy::lynx, true, 0, 0, 0, 0},        {lynx::policy::piggyback, false, 2, 0, 0, 0},
+      {lynx::policy::budget, true, 0, 0, 0, 0.94f},  {lynx::policy::budget, true, 0, 3, 0, 0},
+      {lynx::policy::budget, true, 0, 0, 0.7f, 0},
+  };
+  const int dims[][2] = {{8, 2}, {16, 1}, {64, 6}, {128, 8}, {256, 8}, {512, 16}, {1000, 20}};
+  std::uint32_t seed = 2000;
+  int index = 0;
+  for (const auto& d : dims)
+    for (int kind = 0; kind < 6; ++kind)
+      for (const policy_case& c : cases) {
+        const int n = d[0], k = d[1], rows = index % 2 ? 6 : 1;
+        const bool pinned = index % 5 == 3, device_count = index % 4 == 1;
+        auto p = lynx::default_params(n, k);
+        p.kind = c.kind;
+        p.anchor_top1 = c.anchor;
+        p.keep_k = std::min(c.keep_k, k);
+        p.budget_experts = c.extra_experts ? std::min(n, k + c.extra_experts) : 0;
+        p.budget_fraction = c.budget_fraction;
+        p.budget_mass = c.budget_mass;
+        p.score = index % 3 == 2 ? lynx::scoring::sigmoid : lynx::scoring::softmax;
+        p.renormalize = index % 2 == 0;
+        auto L = lynx_test::random_logits(rows, n, seed++, 1.5f, kind == 1 ? 0.5f : 0.0f);
+        if (kind == 2) L[n / 2] = 60.0f;  // every other share underflows the gain grid
+        if (kind == 3)
+          for (int e = 0; e < n; ++e) L[e] = -INFINITY;
+        if (kind == 4) L[1] = NAN, L[n - 1] = INFINITY;
+        if (kind == 5)  // shares near 2^-32 x a few: equal on the grid, distinct as floats
+          for (int e = 1; e < n; ++e) L[e] = -19.0f - 1e-5f * static_cast<float>((e * 7) % 13);
+        SCOPED_TRACE(testing::Message() << "N " << n << " k " << k << " row kind " << kind << " policy "
+                                        << static_cast<int>(c.kind) << " rows " << rows << " pinned " << pinned
+                                        << " device B " << device_count << " case " << index);
+        const int type = kind == 5 ? 0 : index % 3;  // kind 5's logits differ below bf16's and half's precision
+        ++index;
+        switch (type) {
+          case 0: ASSERT_NO_FATAL_FAILURE((one_row_case<float, std::int32_t>(L, n, rows, p, pinned, device_count))); break;
+          case 1: ASSERT_NO_FATAL_FAILURE((one_row_case<__nv_bfloat16, std::int64_t>(L, n, rows, p, pinned, device_count))); break;
+          default: ASSERT_NO_FATAL_FAILURE((one_row_case<__half, std::int32_t>(L, n, rows, p, pinned, device_count))); break;
+        }
+      }
+}
+
 TEST(Device, StageByStagePathMatchesHost) {
   // route() fuses decode sizes into one kernel; the stage launchers (and route above 512 rows
   // or experts) run one kernel per stage. Both must equal the host path.

@@ -21,6 +21,7 @@
 #include "../detail/device/warp_ops.cuh"
 #include "../detail/row_math.hpp"
 #include "../params.hpp"
+#include "../warp/budget.cuh"
 #include "../warp/remap_topk.cuh"
 #include "../warp/row.cuh"
 #include "../warp/topk.cuh"
@@ -28,13 +29,6 @@
 namespace lynx {
 
 namespace detail {
-
-/// A candidate (gain g < 2^47, id c; c < 0: none, key 0) as a 64-bit key whose max is the
-/// greedy's choice: the larger gain, then the lower id.
-__device__ __forceinline__ std::uint64_t gain_key(gain_t g, int c) {
-  return c < 0 ? 0 : ((g + 1) << 16) | static_cast<std::uint64_t>(0xFFFF - c);
-}
-__device__ __forceinline__ gain_t key_gain(std::uint64_t key) { return (key >> 16) - 1; }
 
 /// The warp's best candidate of every lane's (g: its gain, c: its id, c < 0: none): the larger
 /// gain, then the lower id, into g and c of every lane. Returns false when no lane has one.
@@ -171,7 +165,6 @@ class block_budget {
                                          const std::uint32_t* anchors, std::uint32_t* active, float* share,
                                          int stride, float* top_all, float* kth) {
     const int n = p.num_experts, k = p.top_k, lane = detail::lane_id(), warp = threadIdx.x / 32;
-    const bool biased = p.router.bias != nullptr;
     // Shares and K0's insertion, a warp per voting token: K0's best shares are those of the
     // token's best logits inside K0 (exp_f32 and scaled_sigmoid are monotone), as on the host.
     // Then the token's terms of every gain and of the batch's mass.
@@ -187,18 +180,8 @@ class block_budget {
       load_row(row, t);
       // A share from a key of the row (0: outside a router's kept groups, so -inf), over the
       // row's plain sum (a router's: over P; a plain row's sum is at least 1).
-      const auto value = [&](std::uint64_t key) {
-        return detail::share_value(key ? key_logit(key) : -INFINITY, row.max, p.score, biased);
-      };
       const std::uint64_t pk = lane < k ? plain[static_cast<std::size_t>(t) * k + lane] : 0;
-      const float act_p = lane < k ? value(pk) : 0.0f;
-      float sum = 0.0f;  // plain_activation_sum, in plain key order
-#pragma unroll
-      for (int r = 0; r < K; ++r) {
-        const float v = __shfl_sync(detail::full_mask, act_p, r);
-        if (r < k) sum += v;
-      }
-      const auto share_of = [&](std::uint64_t key) { return detail::select_f32(sum > 0.0f, value(key) / sum, 0.0f); };
+      const row_shares share_of = warp_row_shares<K>(row.max, pk, k, p);
 #pragma unroll
       for (int i = 0; i < per_lane; ++i) {
         const int e = warp_row<MaxN>::expert(i);

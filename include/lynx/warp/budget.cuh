@@ -1,0 +1,161 @@
+#pragma once
+// The budget policy's pieces on one row's warp (detail/budget.hpp): the row's shares, and the
+// whole greedy when the batch has a single voting row (warp_budget_row).
+//
+// With one token, an expert's gain is that token's term alone, share_gain(share, kth), so a
+// step needs no sums over rows and no other warp: the warp recomputes its open experts' gains
+// from the row's shares (in registers) and the token's k-th best share inside K, takes their
+// (gain, id) max, and inserts the chosen share. The order of the steps, their ties, the
+// stopping rule and the fill are block_budget's, so K is the host path's bitwise: a gain that
+// block_budget updates term by term (an exact integer sum) is this recomputed term.
+
+#include <cstdint>
+
+#include "../detail/budget.hpp"
+#include "../detail/device/warp_ops.cuh"
+#include "../detail/row_math.hpp"
+#include "../params.hpp"
+#include "row.cuh"
+#include "topk.cuh"
+#include "remap_topk.cuh"
+
+namespace lynx {
+
+namespace detail {
+
+/// A candidate (gain g < 2^47, id c; c < 0: none, key 0) as a 64-bit key whose max is the
+/// greedy's choice: the larger gain, then the lower id.
+__device__ __forceinline__ std::uint64_t gain_key(gain_t g, int c) {
+  return c < 0 ? 0 : ((g + 1) << 16) | static_cast<std::uint64_t>(0xFFFF - c);
+}
+__device__ __forceinline__ gain_t key_gain(std::uint64_t key) { return (key >> 16) - 1; }
+
+}  // namespace detail
+
+/// A voting row's budget shares: a key's share_value (its logit, or -inf for key 0: outside a
+/// router's kept groups) over the sum of those of the row's plain top-k, summed in plain key
+/// order as on the host. The same in every lane.
+struct row_shares {
+  float max, sum;
+  scoring score;
+  bool biased;
+
+  __device__ __forceinline__ float value(std::uint64_t key) const {
+    return detail::share_value(key ? key_logit(key) : -INFINITY, max, score, biased);
+  }
+  /// The share of a key of the row (0 when the plain sum vanished).
+  __device__ __forceinline__ float operator()(std::uint64_t key) const {
+    return detail::select_f32(sum > 0.0f, value(key) / sum, 0.0f);
+  }
+};
+
+/// Warp-collective: the shares of a row (row.max: its first logit or choice score) whose plain
+/// top-k is the lane-spread `plain`.
+template <int K>
+__device__ __forceinline__ row_shares warp_row_shares(float row_max, std::uint64_t plain, int k, const route_params& p) {
+  row_shares s{row_max, 0.0f, p.score, p.router.bias != nullptr};
+  const float act = detail::lane_id() < k ? s.value(plain) : 0.0f;
+  float sum = 0.0f;  // plain_activation_sum, in plain key order
+#pragma unroll
+  for (int r = 0; r < K; ++r) {
+    const float v = __shfl_sync(detail::full_mask, act, r);
+    if (r < k) sum += v;
+  }
+  s.sum = sum;
+  return s;
+}
+
+/// Warp-collective: the budget greedy (block_budget's steps and stopping rule) for a batch whose
+/// only voting row is `row` (a plain router's row), with its lane-spread plain top-k. On entry
+/// `active` holds K0 (a pinned row's plain top-k, else nothing), `anchors` the row's top-1 (none
+/// if pinned) and `plain_set` its plain experts, all in shared memory; on return `active` is the
+/// budget's K (lane 0 sets the bits; the warp is synchronized).
+template <int K, int MaxN>
+__device__ __forceinline__ void warp_budget_row(const warp_row<MaxN>& row, std::uint64_t plain, const route_params& p,
+                                                const std::uint32_t* plain_set, const std::uint32_t* anchors,
+                                                std::uint32_t* active) {
+  using detail::gain_t;
+  constexpr int per_lane = MaxN / 32;
+  const int n = p.num_experts, k = p.top_k, lane = detail::lane_id(), words = (n + 31) / 32;
+  __syncwarp();
+  // block_budget's counts for one voter: the limit, and K0 with every anchor when they fit.
+  int unique = 0, size = 0, with_anchors = 0;
+  for (int w = lane; w < words; w += 32) {
+    unique += __popc(plain_set[w]);
+    size += __popc(active[w]);
+    with_anchors += __popc(active[w] | anchors[w]);
+  }
+  const int sums = detail::warp_sum(unique | size << 10 | with_anchors << 20);  // each at most k + 1
+  unique = sums & 0x3FF, size = (sums >> 10) & 0x3FF, with_anchors = sums >> 20;
+  const int limit = detail::budget_limit(p.budget_experts, p.budget_fraction, unique, n, k);
+  const bool bulk = with_anchors <= limit;
+  __syncwarp();
+  if (bulk) {
+    for (int w = lane; w < words; w += 32) active[w] |= anchors[w];
+    size = with_anchors;
+  }
+  __syncwarp();
+  const gain_t target = detail::to_gain(p.budget_mass * 1.0f);
+  // The shares, and K0's best k of them (its members inside the row; 0 where K0 has fewer).
+  const row_shares share = warp_row_shares<K>(row.max, plain, k, p);
+  float s[per_lane];
+  std::uint32_t closed = 0, anchored = 0;  // bit i: expert lane + 32 i is in K or past N; an anchor
+#pragma unroll
+  for (int i = 0; i < per_lane; ++i) {
+    const int e = warp_row<MaxN>::expert(i);
+    s[i] = e < n ? share(row.key[i]) : 0.0f;
+    if (e >= n || detail::test_bit(active, e)) closed |= 1u << i;
+    if (e < n && detail::test_bit(anchors, e)) anchored |= 1u << i;
+  }
+  const std::uint64_t best = warp_topk_in<K, true>(row, active, plain, k);
+  float top = 0.0f;  // lane j < k: the token's j-th best share inside K (share_insert_k's list)
+  if (lane < k && best) {
+    const float v = share(best);
+    top = v > 0.0f ? v : 0.0f;
+  }
+  float kth = __shfl_sync(detail::full_mask, top, k - 1);
+  gain_t total = lane < k ? detail::to_gain(top) : gain_t{0};
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(detail::full_mask, total, o);
+  for (int phase = bulk ? 1 : 0; phase < 2; ++phase) {
+    while (!(size >= limit || (phase == 1 && size >= k && p.budget_mass > 0.0f && !(total < target)))) {
+      const std::uint32_t open = (phase == 1 ? ~0u : anchored) & ~closed;
+      std::uint64_t key = 0;  // this lane's best (gain, id) key (ids ascend: the max is the first) and its share
+      float key_share = 0.0f;
+#pragma unroll
+      for (int i = 0; i < per_lane; ++i) {
+        const std::uint64_t ki = detail::gain_key(detail::share_gain(s[i], kth), warp_row<MaxN>::expert(i));
+        if (((open >> i) & 1u) && ki > key) key = ki, key_share = s[i];
+      }
+      const std::uint64_t chosen = detail::warp_max_key(key);
+      const gain_t g = chosen ? detail::key_gain(chosen) : 0;
+      const int c = chosen ? detail::key_expert(chosen) : -1;
+      if (c < 0 || (phase == 1 && g == 0)) break;
+      // The chosen expert's share: its lane's best (s indexed at run time would live in local memory).
+      const float sc = __shfl_sync(detail::full_mask, key_share, c % 32);
+      if (lane == c % 32) closed |= 1u << (c / 32);
+      if (lane == 0) detail::set_bit(active, c);
+      total += g;
+      ++size;
+      if (sc > kth) {  // share_insert_k on the lane-spread list: slot j takes max(old j, min(old j - 1, share))
+        const float prev = __shfl_up_sync(detail::full_mask, top, 1);
+        const float above = lane == 0 ? sc : (prev < sc ? prev : sc);
+        if (lane < k) top = top > above ? top : above;
+        kth = __shfl_sync(detail::full_mask, top, k - 1);
+      }
+    }
+  }
+  __syncwarp();
+  // The gains vanished below k experts (every share left underflows): the plain top-k fills K.
+  for (int r = 0; r < K && size < k; ++r) {
+    if (r >= k) break;
+    const int e = key_expert(topk_slot(plain, r));
+    if (!detail::test_bit(active, e)) {
+      if (lane == 0) detail::set_bit(active, e);
+      ++size;
+    }
+    __syncwarp();
+  }
+}
+
+}  // namespace lynx

@@ -147,13 +147,14 @@ TEST(RouterExample, FusedKernelMatchesHostQwen3Shape) {
 
 TEST(RouterExample, FusedKernelMatchesHostWithPaddingAndDeviceCount) {
   SKIP_WITHOUT_DEVICE();
-  // N 96 (not a power of two), k 6, int64 ids; 24 rows of which 19 are tokens, the count read
-  // on the device.
-  for (lynx::policy kind : {lynx::policy::lynx, lynx::policy::budget}) {
-    SCOPED_TRACE(testing::Message() << "policy " << static_cast<int>(kind));
-    ASSERT_NO_FATAL_FAILURE(
-        (expect_router_matches_host<128, 8, std::int64_t>(policy_params(kind, 96, 6), 24, 19, true, 5u)));
-  }
+  // N 96 (not a power of two), k 6, int64 ids; 24 rows of which 19 are tokens, or 1 (block_route's
+  // one-row path), the count read on the device.
+  for (lynx::policy kind : {lynx::policy::lynx, lynx::policy::budget})
+    for (int valid : {19, 1}) {
+      SCOPED_TRACE(testing::Message() << "policy " << static_cast<int>(kind) << " valid " << valid);
+      ASSERT_NO_FATAL_FAILURE(
+          (expect_router_matches_host<128, 8, std::int64_t>(policy_params(kind, 96, 6), 24, valid, true, 5u)));
+    }
 }
 
 }  // namespace

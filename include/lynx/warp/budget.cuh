@@ -3,9 +3,9 @@
 // whole greedy when the batch has a single voting row (warp_budget_row).
 //
 // With one token, an expert's gain is that token's term alone, share_gain(share, kth), so a
-// step needs no sums over rows and no other warp: the warp recomputes its open experts' gains
-// from the row's shares (in registers) and the token's k-th best share inside K, takes their
-// (gain, id) max, and inserts the chosen share. The order of the steps, their ties, the
+// step needs no sums over rows and no other warp: the warp keeps every expert's (gain, id) key
+// in registers, computed from the row's shares and the token's k-th best share inside K (again
+// only when that moves), takes the open experts' max, and inserts the chosen share. The order of the steps, their ties, the
 // stopping rule and the fill are block_budget's, so K is the host path's bitwise: a gain that
 // block_budget updates term by term (an exact integer sum) is this recomputed term.
 
@@ -107,7 +107,12 @@ __device__ __forceinline__ void warp_budget_row(const warp_row<MaxN>& row, std::
     if (e >= n || detail::test_bit(active, e)) closed |= 1u << i;
     if (e < n && detail::test_bit(anchors, e)) anchored |= 1u << i;
   }
-  const std::uint64_t best = warp_topk_in<K, true>(row, active, plain, k);
+  // K0 is the row's top-1 or, pinned, its whole plain top-k: its members lead the plain top-k,
+  // so they are warp_topk_in<K, true>'s result as they stand (kept as the general case else).
+  const bool member = lane < k && plain && detail::test_bit(active, key_expert(plain));
+  const unsigned in_k0 = __ballot_sync(detail::full_mask, member);
+  const std::uint64_t best =
+      (in_k0 & (in_k0 + 1u)) == 0 ? (member ? plain : 0) : warp_topk_in<K, true>(row, active, plain, k);
   float top = 0.0f;  // lane j < k: the token's j-th best share inside K (share_insert_k's list)
   if (lane < k && best) {
     const float v = share(best);
@@ -117,14 +122,30 @@ __device__ __forceinline__ void warp_budget_row(const warp_row<MaxN>& row, std::
   gain_t total = lane < k ? detail::to_gain(top) : gain_t{0};
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(detail::full_mask, total, o);
+  // Every expert's (gain, id) key. Gains change only when the k-th does (the steps that fill the
+  // token's list leave it at 0), so up to 256 experts they are kept and recomputed only then;
+  // 16 keys a lane (512 experts) would spill at 512 threads, so those are recomputed each step.
+  constexpr bool keep_keys = per_lane <= 8;
+  std::uint64_t gk[keep_keys ? per_lane : 1];
+  float keyed_kth = -1.0f;  // below every k-th: the first step computes them
   for (int phase = bulk ? 1 : 0; phase < 2; ++phase) {
     while (!(size >= limit || (phase == 1 && size >= k && p.budget_mass > 0.0f && !(total < target)))) {
+      if constexpr (keep_keys) {
+        if (kth != keyed_kth) {  // uniform
+#pragma unroll
+          for (int i = 0; i < per_lane; ++i)
+            gk[i] = detail::gain_key(detail::share_gain(s[i], kth), warp_row<MaxN>::expert(i));
+          keyed_kth = kth;
+        }
+      }
       const std::uint32_t open = (phase == 1 ? ~0u : anchored) & ~closed;
       std::uint64_t key = 0;  // this lane's best (gain, id) key (ids ascend: the max is the first) and its share
       float key_share = 0.0f;
 #pragma unroll
       for (int i = 0; i < per_lane; ++i) {
-        const std::uint64_t ki = detail::gain_key(detail::share_gain(s[i], kth), warp_row<MaxN>::expert(i));
+        std::uint64_t ki;
+        if constexpr (keep_keys) ki = gk[i];
+        else ki = detail::gain_key(detail::share_gain(s[i], kth), warp_row<MaxN>::expert(i));
         if (((open >> i) & 1u) && ki > key) key = ki, key_share = s[i];
       }
       const std::uint64_t chosen = detail::warp_max_key(key);

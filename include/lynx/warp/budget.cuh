@@ -5,9 +5,10 @@
 // With one token, an expert's gain is that token's term alone, share_gain(share, kth), so a
 // step needs no sums over rows and no other warp: the warp keeps every expert's (gain, id) key
 // in registers, computed from the row's shares and the token's k-th best share inside K (again
-// only when that moves), takes the open experts' max, and inserts the chosen share. The order of the steps, their ties, the
-// stopping rule and the fill are block_budget's, so K is the host path's bitwise: a gain that
-// block_budget updates term by term (an exact integer sum) is this recomputed term.
+// only when that moves), takes the open experts' max, and inserts the chosen share. The order
+// of the steps, their ties, the stopping rule and the fill are block_budget's, so K is the host
+// path's bitwise: a gain that block_budget updates term by term (an exact integer sum) is this
+// recomputed term.
 
 #include <cstdint>
 
@@ -15,9 +16,9 @@
 #include "../detail/device/warp_ops.cuh"
 #include "../detail/row_math.hpp"
 #include "../params.hpp"
+#include "remap_topk.cuh"
 #include "row.cuh"
 #include "topk.cuh"
-#include "remap_topk.cuh"
 
 namespace lynx {
 

@@ -60,7 +60,8 @@ __device__ __forceinline__ std::uint64_t warp_z_topk_set(const warp_row<MaxN>& r
 /// plain: the row's lane-spread plain top-k. Its members of K are K's best and keep their
 /// order, so only the missing slots take rounds of the warp max (none when the plain top-k lies
 /// inside K). MembersOnly: slots past K's members stay 0, and the rounds end when no member
-/// is left (for a small K, as the budget's K0: one round at one row instead of k - 1).
+/// is left (for a small K, as the budget's K0: at one row, whose K0 leads its plain top-k,
+/// none).
 template <int K, bool MembersOnly = false, int MaxN>
 __device__ __forceinline__ std::uint64_t warp_topk_in(const warp_row<MaxN>& row, const std::uint32_t* active,
                                                       std::uint64_t plain, int k) {
@@ -69,12 +70,16 @@ __device__ __forceinline__ std::uint64_t warp_topk_in(const warp_row<MaxN>& row,
   const unsigned in_k = __ballot_sync(detail::full_mask, member);
   const int kept = __popc(in_k);
   if (kept == k) return plain;  // the plain top-k lies inside K
-  // Slot s < kept: the s-th member of the plain top-k (they lead the keys inside K).
-  std::uint64_t mine = 0;
+  // Slot s < kept: the s-th member of the plain top-k (they lead the keys inside K). Members
+  // that form a prefix of it (K holds the row's best experts, as K0 does) are in place already.
+  std::uint64_t mine = member ? plain : 0;
+  if (in_k & (in_k + 1u)) {  // uniform: members with gaps move up
+    mine = 0;
 #pragma unroll
-  for (int r = 0; r < K; ++r) {
-    const std::uint64_t v = __shfl_sync(detail::full_mask, plain, r);
-    if (r < k && ((in_k >> r) & 1u) && lane == __popc(in_k & ((1u << r) - 1u))) mine = v;
+    for (int r = 0; r < K; ++r) {
+      const std::uint64_t v = __shfl_sync(detail::full_mask, plain, r);
+      if (r < k && ((in_k >> r) & 1u) && lane == __popc(in_k & ((1u << r) - 1u))) mine = v;
+    }
   }
   // The rest by (member, key): every key but those members (the plain top-k is the keys at or
   // above its k-th), so members below the plain k-th come first, then the best non-members.
@@ -86,6 +91,12 @@ __device__ __forceinline__ std::uint64_t warp_topk_in(const warp_row<MaxN>& row,
     const bool in = detail::test_bit(active, warp_row<MaxN>::expert(i));
     const bool candidate = MembersOnly ? in && key < kth : !(in && key >= kth);
     rest[i] = key != 0 && candidate ? (key | detail::active_bit(in)) : 0;
+  }
+  if constexpr (MembersOnly) {  // no member below the plain k-th: no round of the warp max
+    bool any = false;
+#pragma unroll
+    for (int i = 0; i < MaxN / 32; ++i) any |= rest[i] != 0;
+    if (!__any_sync(detail::full_mask, any)) return mine;
   }
   const std::uint64_t more = warp_topk<K, MembersOnly>(rest, k - kept);  // lanes 0 .. k - kept - 1
   const std::uint64_t shifted = __shfl_sync(detail::full_mask, more, (lane - kept) & 31);

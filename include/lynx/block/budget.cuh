@@ -116,28 +116,15 @@ class block_budget {
                       const route_params& p, const std::uint32_t* plain_set, const std::uint32_t* anchors,
                       std::uint32_t* active, budget_scratch ws) {
     const int n = p.num_experts, k = p.top_k, rows = num_rows;
-    if (threadIdx.x < 32) {  // warp 0 counts: voters, plain unique experts, K0 with and without the anchors
-      const int lane = threadIdx.x, words = (n + 31) / 32;
+    if (threadIdx.x < 32) {  // warp 0 counts: voters, the limit, K0 (with the anchors when they fit)
       int voters = 0;
-      for (int t = lane; t < rows; t += 32) voters += votes[t];
-      int unique = 0, size = 0, with_anchors = 0;
-      for (int w = lane; w < words; w += 32) {
-        unique += __popc(plain_set[w]);
-        size += __popc(active[w]);
-        with_anchors += __popc(active[w] | anchors[w]);
-      }
-      // Two sums of two 16-bit counts each (every count is at most 1,024, N or 512 rows).
-      const int a = detail::warp_sum(voters | unique << 16), b = detail::warp_sum(size | with_anchors << 16);
-      voters = a & 0xFFFF, unique = a >> 16, size = b & 0xFFFF, with_anchors = b >> 16;
-      const int limit = detail::budget_limit(p.budget_experts, p.budget_fraction, unique, n, k);
-      const bool bulk = with_anchors <= limit;  // then every anchor joins K0 at once
-      if (bulk)
-        for (int w = lane; w < words; w += 32) active[w] |= anchors[w];
-      if (lane == 0) {
-        temp_.limit = limit;
-        temp_.target = detail::to_gain(p.budget_mass * static_cast<float>(voters));
-        temp_.bulk = bulk;
-        temp_.size = bulk ? with_anchors : size;
+      for (int t = threadIdx.x; t < rows; t += 32) voters += votes[t];
+      const budget_counts c = warp_budget_counts(voters, p, plain_set, anchors, active);
+      if (threadIdx.x == 0) {
+        temp_.limit = c.limit;
+        temp_.target = detail::to_gain(p.budget_mass * static_cast<float>(c.voters));
+        temp_.bulk = c.bulk;
+        temp_.size = c.size;
         temp_.total = 0;
         temp_.moved_count[0] = temp_.moved_count[1] = 0;  // the first step updates nothing
       }

@@ -1,6 +1,7 @@
 #pragma once
-// The budget policy's pieces on one row's warp (detail/budget.hpp): the row's shares, and the
-// whole greedy when the batch has a single voting row (warp_budget_row).
+// The budget policy's pieces on a warp (detail/budget.hpp): a row's shares, the counts that
+// start the greedy (block_budget's too), and the whole greedy when the batch has a single
+// voting row (warp_budget_row).
 //
 // With one token, an expert's gain is that token's term alone, share_gain(share, kth), so a
 // step needs no sums over rows and no other warp: the warp keeps every expert's (gain, id) key
@@ -66,37 +67,57 @@ __device__ __forceinline__ row_shares warp_row_shares(float row_max, std::uint64
   return s;
 }
 
+/// The budget's counts before its steps (block_budget's and warp_budget_row's): the voters, the
+/// count limit, K0's size, and whether every anchor joined K0 at once (bulk: when K0 and all of
+/// the anchors fit the limit).
+struct budget_counts {
+  int voters, limit, size;
+  bool bulk;
+};
+
+/// Warp-collective: the counts, from `lane_voters` (this lane's voting rows) and the plain,
+/// anchor and K0 bit sets in shared memory; with bulk, the anchors are merged into `active`.
+/// Every count is at most 1,024 (N, or 512 rows), so two sums carry two 16-bit counts each.
+__device__ __forceinline__ budget_counts warp_budget_counts(int lane_voters, const route_params& p,
+                                                            const std::uint32_t* plain_set,
+                                                            const std::uint32_t* anchors, std::uint32_t* active) {
+  const int n = p.num_experts, words = (n + 31) / 32;
+  int unique = 0, size = 0, with_anchors = 0;
+  for (int w = detail::lane_id(); w < words; w += 32) {
+    unique += __popc(plain_set[w]);
+    size += __popc(active[w]);
+    with_anchors += __popc(active[w] | anchors[w]);
+  }
+  const int a = detail::warp_sum(lane_voters | unique << 16), b = detail::warp_sum(size | with_anchors << 16);
+  budget_counts c;
+  c.voters = a & 0xFFFF;
+  c.limit = detail::budget_limit(p.budget_experts, p.budget_fraction, a >> 16, n, p.top_k);
+  c.bulk = (b >> 16) <= c.limit;
+  c.size = c.bulk ? b >> 16 : b & 0xFFFF;
+  if (c.bulk)  // each lane writes the words it read
+    for (int w = detail::lane_id(); w < words; w += 32) active[w] |= anchors[w];
+  __syncwarp();
+  return c;
+}
+
 /// Warp-collective: the budget greedy (block_budget's steps and stopping rule) for a batch whose
-/// only voting row is `row` (a plain router's row), with its lane-spread plain top-k. On entry
-/// `active` holds K0 (a pinned row's plain top-k, else nothing), `anchors` the row's top-1 (none
-/// if pinned) and `plain_set` its plain experts, all in shared memory; on return `active` is the
-/// budget's K (lane 0 sets the bits; the warp is synchronized).
+/// only voting row is `row` as the policy sees it (block_budget's rows: a model router's choice
+/// keys on its kept groups, max = the first choice's score), with its lane-spread plain top-k
+/// (a router's choice P). On entry `active` holds K0 (a pinned row's plain top-k, else nothing),
+/// `anchors` the row's top-1 (none if pinned) and `plain_set` its plain experts, all in shared
+/// memory; on return `active` is the budget's K (lane 0 sets the bits; the warp is synchronized).
 template <int K, int MaxN>
 __device__ __forceinline__ void warp_budget_row(const warp_row<MaxN>& row, std::uint64_t plain, const route_params& p,
                                                 const std::uint32_t* plain_set, const std::uint32_t* anchors,
                                                 std::uint32_t* active) {
   using detail::gain_t;
   constexpr int per_lane = MaxN / 32;
-  const int n = p.num_experts, k = p.top_k, lane = detail::lane_id(), words = (n + 31) / 32;
+  const int n = p.num_experts, k = p.top_k, lane = detail::lane_id();
   __syncwarp();
-  // block_budget's counts for one voter: the limit, and K0 with every anchor when they fit.
-  int unique = 0, size = 0, with_anchors = 0;
-  for (int w = lane; w < words; w += 32) {
-    unique += __popc(plain_set[w]);
-    size += __popc(active[w]);
-    with_anchors += __popc(active[w] | anchors[w]);
-  }
-  const int sums = detail::warp_sum(unique | size << 10 | with_anchors << 20);  // each at most k + 1
-  unique = sums & 0x3FF, size = (sums >> 10) & 0x3FF, with_anchors = sums >> 20;
-  const int limit = detail::budget_limit(p.budget_experts, p.budget_fraction, unique, n, k);
-  const bool bulk = with_anchors <= limit;
-  __syncwarp();
-  if (bulk) {
-    for (int w = lane; w < words; w += 32) active[w] |= anchors[w];
-    size = with_anchors;
-  }
-  __syncwarp();
-  const gain_t target = detail::to_gain(p.budget_mass * 1.0f);
+  const budget_counts counts = warp_budget_counts(lane == 0, p, plain_set, anchors, active);
+  const int limit = counts.limit;
+  int size = counts.size;
+  const gain_t target = detail::to_gain(p.budget_mass * static_cast<float>(counts.voters));
   // The shares, and K0's best k of them (its members inside the row; 0 where K0 has fewer).
   const row_shares share = warp_row_shares<K>(row.max, plain, k, p);
   float s[per_lane];
@@ -108,12 +129,10 @@ __device__ __forceinline__ void warp_budget_row(const warp_row<MaxN>& row, std::
     if (e >= n || detail::test_bit(active, e)) closed |= 1u << i;
     if (e < n && detail::test_bit(anchors, e)) anchored |= 1u << i;
   }
-  // K0 is the row's top-1 or, pinned, its whole plain top-k: its members lead the plain top-k,
-  // so they are warp_topk_in<K, true>'s result as they stand (kept as the general case else).
-  const bool member = lane < k && plain && detail::test_bit(active, key_expert(plain));
-  const unsigned in_k0 = __ballot_sync(detail::full_mask, member);
-  const std::uint64_t best =
-      (in_k0 & (in_k0 + 1u)) == 0 ? (member ? plain : 0) : warp_topk_in<K, true>(row, active, plain, k);
+  // K0's best k: at one row K0 is a prefix of the plain top-k (nothing, the row's top-1 or,
+  // pinned, all of it), so they are its members as they stand (warp_topk_in<K, true>'s result,
+  // without its scan of the row for members below the plain k-th).
+  const std::uint64_t best = lane < k && plain && detail::test_bit(active, key_expert(plain)) ? plain : 0;
   float top = 0.0f;  // lane j < k: the token's j-th best share inside K (share_insert_k's list)
   if (lane < k && best) {
     const float v = share(best);
@@ -129,7 +148,7 @@ __device__ __forceinline__ void warp_budget_row(const warp_row<MaxN>& row, std::
   constexpr bool keep_keys = per_lane <= 8;
   std::uint64_t gk[keep_keys ? per_lane : 1];
   float keyed_kth = -1.0f;  // below every k-th: the first step computes them
-  for (int phase = bulk ? 1 : 0; phase < 2; ++phase) {
+  for (int phase = counts.bulk ? 1 : 0; phase < 2; ++phase) {
     while (!(size >= limit || (phase == 1 && size >= k && p.budget_mass > 0.0f && !(total < target)))) {
       if constexpr (keep_keys) {
         if (kth != keyed_kth) {  // uniform

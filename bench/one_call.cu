@@ -4,7 +4,8 @@
 // ids are checked against the host path. On a GPU it also prints the CUDA-event time of the one
 // call (cold: launch overhead included; lynx_bench_device is the benchmark).
 //
-//   lynx_one_call ENTRY N K T [lynx|budget]    ENTRY: route | topk_route | route_sorted |
+//   lynx_one_call ENTRY N K T [lynx|budget [MODEL]]
+//                                              ENTRY: route | topk_route | route_sorted |
 //                                              topk_route_sorted (the call also writes the
 //                                              sorted layout, block_size 16, every array;
 //                                              checked against the host path too) |
@@ -12,11 +13,16 @@
 //                                              align_kernel.cuh's separate kernel for the same
 //                                              arrays) | route_grid (route forced onto the
 //                                              grid path: lynx::detail::route_with)
+//                                              MODEL: a name of lynx::model_routings: its own
+//                                              router (a normal(0, 0.5) correction bias where
+//                                              it has one, as lynx_bench_router's), N and K
+//                                              its own (the N K given are ignored)
 #include <cuda_runtime.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include <lynx/lynx.cuh>
@@ -26,15 +32,33 @@
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: lynx_one_call route|topk_route|route_sorted|topk_route_sorted|route+align|topk_route+align|route_grid N K T [lynx|budget]\n");
+    std::fprintf(stderr, "usage: lynx_one_call route|topk_route|route_sorted|topk_route_sorted|route+align|topk_route+align|route_grid N K T [lynx|budget [MODEL]]\n");
+    return 2;
+  }
+  const auto model = argc > 6 ? lynx::find_model(argv[6]) : std::nullopt;
+  if (argc > 6 && !model) {
+    std::fprintf(stderr, "unknown model %s\n", argv[6]);
     return 2;
   }
   const bool topk = std::strncmp(argv[1], "topk_route", 10) == 0, align = std::strstr(argv[1], "+align") != nullptr,
              sorted = align || std::strstr(argv[1], "_sorted") != nullptr,
              grid = std::strcmp(argv[1], "route_grid") == 0;
-  const int n = std::atoi(argv[2]), k = std::atoi(argv[3]), rows = std::atoi(argv[4]);
+  const int n = model ? model->num_experts : std::atoi(argv[2]), k = model ? model->top_k : std::atoi(argv[3]),
+            rows = std::atoi(argv[4]);
   lynx::route_params p = lynx::default_params(n, k);
   p.renormalize = true;
+  std::vector<float> bias;
+  float* d_bias = nullptr;
+  if (model) {
+    if (model->biased) {
+      std::mt19937 rng(1);
+      std::normal_distribution<float> d(0.0f, 0.5f);
+      for (int e = 0; e < n; ++e) bias.push_back(d(rng));
+      cudaMalloc(&d_bias, sizeof(float) * n);
+      cudaMemcpy(d_bias, bias.data(), sizeof(float) * n, cudaMemcpyHostToDevice);
+    }
+    p = topk ? lynx::model_params(*model, d_bias) : lynx::default_params(*model, d_bias);
+  }
   if (argc > 5 && std::strcmp(argv[5], "lynx") == 0) p.kind = lynx::policy::lynx;
   lynx_examples::generator_options g;
   g.layers = 8;
@@ -103,6 +127,7 @@ int main(int argc, char** argv) {
   std::vector<int> got(static_cast<std::size_t>(rows) * k), want(got.size());
   std::vector<float> got_w(got.size()), want_w(got.size());
   cudaMemcpy(got.data(), ids, sizeof(int) * got.size(), cudaMemcpyDeviceToHost);
+  if (model && model->biased) p.router.bias = bias.data();  // the host path reads host memory
   const lynx::batch_ref<float, int> host_batch{host_logits, n, rows, rows, want.data(), want_w.data()};
   const lynx::status s = topk ? lynx::host::topk_route(host_batch, p, host_layout)
                               : lynx::host::route(host_batch, p, host_layout);
@@ -112,8 +137,9 @@ int main(int argc, char** argv) {
     cudaMemcpy(got_arrays.data(), arrays, sizeof(int) * total, cudaMemcpyDeviceToHost);
     same = same && got_arrays == host_arrays;
   }
-  std::printf("%s N=%d k=%d T=%d policy=%s: ids%s %s the host path's; one call %.1f us (event)\n", argv[1], n, k, rows,
-              topk ? "-" : (p.kind == lynx::policy::lynx ? "lynx" : "budget"), sorted ? " and layout" : "",
+  std::printf("%s N=%d k=%d T=%d policy=%s%s%s: ids%s %s the host path's; one call %.1f us (event)\n", argv[1], n, k,
+              rows, topk ? "-" : (p.kind == lynx::policy::lynx ? "lynx" : "budget"), model ? " router=" : "",
+              model ? argv[6] : "", sorted ? " and layout" : "",
               same ? "equal" : "DIFFER from",
               ms * 1000.0f);
   return same ? 0 : 1;

@@ -98,6 +98,8 @@ TEST(DeviceRouter, TopkRouteMatchesHostBf16Int64) {
 struct batch_case {
   int rows, valid;
   bool pinned, adversarial;
+  int row0 = 0;               // row 0's own damage: 1 NaN and +inf, 2 every other logit -inf, 3 no finite logit
+  bool device_count = false;  // B read on the device
 };
 
 template <class T>
@@ -142,6 +144,8 @@ void check_policy(const router_case& c, const lynx::route_params& p0, const batc
     Lf[2 * c.n + 5] = INFINITY, Lf[2 * c.n + 6] = NAN;              // row 2: +inf is FLT_MAX, NaN -inf
     for (int e = 0; e < c.n; e += 2) Lf[3 * static_cast<std::size_t>(c.n) + e] = -INFINITY;
   }
+  if (b.row0 == 1) Lf[1] = NAN, Lf[c.n - 2] = INFINITY;
+  for (int e = 0; b.row0 >= 2 && e < c.n; e += b.row0 == 2 ? 2 : 1) Lf[e] = -INFINITY;
   const auto L = as<T>(Lf);
   std::vector<std::uint8_t> pinned(b.rows, 0);
   if (b.pinned)
@@ -161,7 +165,10 @@ void check_policy(const router_case& c, const lynx::route_params& p0, const batc
   auto d_pinned = to_device(pinned);
   thrust::device_vector<IdT> d_ids(slots, IdT(-5));
   thrust::device_vector<float> d_w(slots, -5.0f);
-  lynx::batch_ref<T, IdT> db{thrust::raw_pointer_cast(d_L.data()), c.n, b.rows, b.valid,
+  thrust::device_vector<int> d_count(1, b.valid);
+  const lynx::token_count valid =
+      b.device_count ? lynx::token_count(thrust::raw_pointer_cast(d_count.data())) : lynx::token_count(b.valid);
+  lynx::batch_ref<T, IdT> db{thrust::raw_pointer_cast(d_L.data()), c.n, b.rows, valid,
                              thrust::raw_pointer_cast(d_ids.data()), thrust::raw_pointer_cast(d_w.data())};
   if (b.pinned) db.pinned = thrust::raw_pointer_cast(d_pinned.data());
   std::size_t bytes = 0;
@@ -175,7 +182,8 @@ void check_policy(const router_case& c, const lynx::route_params& p0, const batc
   const auto what = [&] {
     return std::string(c.name) + " policy " + std::to_string(int(p.kind)) + (p.router.relaxed_groups ? " relaxed" : " kept") +
            " rows " + std::to_string(b.rows) + " valid " + std::to_string(b.valid) + (b.pinned ? " pinned" : "") +
-           (b.adversarial ? " adversarial" : "") + (staged ? " remap_topk" : " route");
+           (b.adversarial ? " adversarial" : "") + " row 0 kind " + std::to_string(b.row0) +
+           (b.device_count ? " device B" : "") + (staged ? " remap_topk" : " route");
   };
   EXPECT_EQ(to_host(d_ids), want) << what();
   EXPECT_EQ(to_host(d_w), want_w) << what() << ": weights bitwise";
@@ -193,6 +201,33 @@ TEST(DeviceRouter, RouteMatchesHostOnTheFusedPath) {
                                    batch_case{40, 37, true, true}})
           ASSERT_NO_FATAL_FAILURE(
               (check_policy<float, std::int32_t>(c, policy_params(c, kind, relaxed), b, seed++, false)));
+}
+
+TEST(DeviceRouter, OneValidRowMatchesHost) {
+  // B = 1, which block_route routes by warp 0 alone (run_one_row on the router's choice keys):
+  // every model, policy (the budget in its mass, count and fraction modes) and group limit,
+  // with padding rows behind the row or not, pinned or not, B on the host or on the device,
+  // a row with NaN and +inf, half its logits -inf (fewer finite choices than k in some groups),
+  // or none finite (it does not vote).
+  SKIP_WITHOUT_DEVICE();
+  std::uint32_t seed = 700;
+  int index = 0;
+  for (const auto& c : cases)
+    for (int mode = 0; mode < 5; ++mode)
+      for (const bool relaxed : {false, true}) {
+        const lynx::policy kind = mode == 0 ? lynx::policy::lynx : mode == 1 ? lynx::policy::piggyback : lynx::policy::budget;
+        auto p = policy_params(c, kind, relaxed);
+        if (mode == 3) p.budget_mass = 0.0f, p.budget_experts = c.k + 3;
+        if (mode == 4) p.budget_mass = 0.0f, p.budget_fraction = 0.7f;
+        batch_case b{index % 2 ? 6 : 1, 1, index % 5 == 3, false};
+        b.row0 = index % 4;
+        b.device_count = index % 3 == 1;
+        ++index;
+        if (index % 2)
+          ASSERT_NO_FATAL_FAILURE((check_policy<float, std::int32_t>(c, p, b, seed++, false)));
+        else
+          ASSERT_NO_FATAL_FAILURE((check_policy<__nv_bfloat16, std::int64_t>(c, p, b, seed++, false)));
+      }
 }
 
 TEST(DeviceRouter, RouteMatchesHostOnTheFusedPathAtManyRowsBf16Int64) {

@@ -102,7 +102,7 @@ class block_route {
     score_t score(temp_.policy.score, n, depth + 1);
     begin(sets, score, lynx_policy);
     if (b == 1) {  // uniform: one valid row, no batch-wide phase (run_one_row)
-      run_one_row(batch, p, scratch, sets);
+      run_one_row<false>(batch, p, scratch, sets);
       return;
     }
     // With at most a row per warp, each warp keeps its row and plain top-k in registers from
@@ -200,6 +200,10 @@ class block_route {
     sets_t sets(temp_.sets);
     score_t score(temp_.policy.score, n, depth + 1);
     begin(sets, score, lynx_policy);
+    if (b == 1) {  // uniform, as run_plain's
+      run_one_row<true>(batch, p, scratch, sets);
+      return;
+    }
     // As run's: with at most a row per warp, the logits, P and the kept groups stay in
     // registers; otherwise each phase loads the row again and selects its groups again. Not
     // for the budget policy, as run's.
@@ -302,41 +306,69 @@ class block_route {
   // in as callables. The first loop stays in each body: as a helper taking the row by a
   // callable, the router's 512-thread MaxN 256 kernel spilled 4 B at sm_90.
 
-  /// run_plain for a batch with one valid row (B = 1: single-stream decoding, or a graph replay
-  /// whose batch shrank to one), by warp 0 alone: a single token is never remapped (SPEC §3.3:
-  /// its support terms are zero, so its z top-k is its plain top-k, and so is every policy's
-  /// choice but the budget's), and the budget's greedy for one token needs no other warp
-  /// (warp_budget_row). The rows past it are padding; the decision and their pad ids are
-  /// finish's, as for any batch, so every output is the general path's bitwise.
-  template <class Batch>
+  /// run_plain or run_router (Router) for a batch with one valid row (B = 1: single-stream
+  /// decoding, or a graph replay whose batch shrank to one), by warp 0 alone: a single token is
+  /// never remapped (SPEC §3.3: its support terms are zero, so its z top-k is its plain top-k,
+  /// or a router's choice P, and so is every policy's choice but the budget's), and the
+  /// budget's greedy for one token needs no other warp (warp_budget_row, on the row as the
+  /// policy sees it: a router's choice keys). The rows past it are padding; the decision and
+  /// their pad ids are finish's, as for any batch, so every output is the general path's bitwise.
+  template <bool Router, class Batch>
   __device__ __forceinline__ void run_one_row(const Batch& batch, const route_params& p, route_scratch scratch,
                                               sets_t& sets) {
     const int n = p.num_experts, k = p.top_k, lane = detail::lane_id();
+    const bool pinned = detail::is_pinned(batch.pinned, 0);
     if (threadIdx.x < 32) {
       warp_row<MaxN> row;
       detail::batch_load(batch, row, 0, n, true);
       if (lane == 0) temp_.votes[0] = row.votes();
       if (row.votes()) {
-        const std::uint64_t plain = warp_topk<K>(row.key, k);
-        if (lane < k) scratch.plain[lane] = plain;  // for finish's fallback, as the general path's
-        mark_topk(sets.plain(), plain, k);
-        const float mass = warp_row_mass<K>(row, plain, k, p.score, p.renormalize);
-        if (lane == 0) temp_.mass[0] = mass;
-        std::uint64_t chosen = plain;
-        if (p.kind == policy::budget) {
-          detail::select_row<K>(plain, detail::is_pinned(batch.pinned, 0), p, sets.active(), sets.anchors(),
-                                [] { return std::uint64_t{0}; });
-          warp_budget_row<K>(row, plain, p, sets.plain(), sets.anchors(), sets.active());
-          chosen = warp_topk_in<K>(row, sets.active(), plain, k);
+        if constexpr (Router) {
+          warp_row<MaxN> choice;
+          warp_router_choice(row, n, p.router, choice);
+          const std::uint64_t plain = warp_router_plain<K>(choice, k);
+          if (lane < k) scratch.plain[lane] = plain;  // for finish's fallback, as the general path's
+          mark_topk(sets.plain(), plain, k);
+          std::uint64_t chosen = warp_by_logit<K>(row, plain, k);  // P by logit: the mass's and weights' keys
+          const float mass = warp_row_mass<K>(row, chosen, k, p.score, p.renormalize);
+          if (lane == 0) temp_.mass[0] = mass;
+          if (p.kind == policy::budget) {
+            detail::select_row<K>(plain, pinned, p, sets.active(), sets.anchors(), [] { return std::uint64_t{0}; });
+            warp_budget_row<K>(choice, plain, p, sets.plain(), sets.anchors(), sets.active());
+            chosen = warp_router_topk_in<K>(row, choice, p.router, sets.active(), plain, k, pinned);
+            mark_topk(sets.final_set(), chosen, k);
+            chosen = warp_by_logit<K>(row, chosen, k);
+          } else {
+            mark_topk(sets.final_set(), plain, k);
+          }
+          detail::batch_emit_scaled<K>(batch, 0, chosen, k, p, mass);
+        } else {
+          const std::uint64_t plain = warp_topk<K>(row.key, k);
+          if (lane < k) scratch.plain[lane] = plain;  // for finish's fallback, as the general path's
+          mark_topk(sets.plain(), plain, k);
+          const float mass = warp_row_mass<K>(row, plain, k, p.score, p.renormalize);
+          if (lane == 0) temp_.mass[0] = mass;
+          std::uint64_t chosen = plain;
+          if (p.kind == policy::budget) {
+            detail::select_row<K>(plain, pinned, p, sets.active(), sets.anchors(), [] { return std::uint64_t{0}; });
+            warp_budget_row<K>(row, plain, p, sets.plain(), sets.anchors(), sets.active());
+            chosen = warp_topk_in<K>(row, sets.active(), plain, k);
+          }
+          mark_topk(sets.final_set(), chosen, k);
+          detail::batch_emit<K>(batch, 0, chosen, k, p, mass);
         }
-        mark_topk(sets.final_set(), chosen, k);
-        detail::batch_emit<K>(batch, 0, chosen, k, p, mass);
       }
     }
     for (int t = 1 + static_cast<int>(threadIdx.x); t < batch.num_rows; t += BlockThreads) temp_.votes[t] = 0;
-    finish(batch, sets, p, [&](int t) {
+    finish(batch, sets, p, [&](int t) {  // the plain top-k, as the general paths' fallbacks write it
       const std::uint64_t plain = lane < k ? scratch.plain[static_cast<std::size_t>(t) * k + lane] : 0;
-      detail::batch_emit<K>(batch, t, plain, k, p, temp_.mass[t]);
+      if constexpr (Router) {
+        warp_row<MaxN> row;
+        detail::batch_load(batch, row, t, n, true);
+        detail::batch_emit_scaled<K>(batch, t, warp_by_logit<K>(row, plain, k), k, p, temp_.mass[t]);
+      } else {
+        detail::batch_emit<K>(batch, t, plain, k, p, temp_.mass[t]);
+      }
     });
   }
 

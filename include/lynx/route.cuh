@@ -52,7 +52,8 @@ cudaError_t route_with(decode_choice choice, void* workspace, std::size_t& works
       constexpr int MaxN = decltype(max_n)::value, K = decltype(max_k)::value;
       const bool try_grid =
           choice == decode_choice::grid ||
-          (choice == decode_choice::automatic && detail::grid_route_wanted(p, batch.num_rows, MaxN));
+          (choice == decode_choice::automatic &&
+           detail::grid_route_wanted(p, detail::decode_rows(batch.num_rows, batch.valid), MaxN));
       const bool grid = try_grid && detail::choose_decode_path(p, batch.num_rows,
                                                                detail::grid_route_resident_blocks<MaxN, K>()) ==
                                         detail::route_path::grid;
@@ -105,10 +106,10 @@ cudaError_t route_with(decode_choice choice, void* workspace, std::size_t& works
 /// no synchronization, graph-capturable, deterministic. Returns cudaErrorInvalidValue (nothing
 /// written) when lynx::check rejects the arguments or workspace_bytes is too small. Up to 512
 /// rows and 512 experts (k <= 16) the whole step is one kernel launch of one block, or, for the
-/// lynx and piggyback policies on a plain router with more rows than that block has warps, a
-/// memset and a cooperative launch of a warp per row across blocks, when the device holds them
-/// all at once (LYNX_GRID_ROUTE overrides the choice; dispatch.hpp); larger calls run the
-/// stages' kernels in turn.
+/// lynx and piggyback policies on a plain router with more rows than that block has warps (the
+/// valid rows where B is a host count), a memset and a cooperative launch of a warp per row
+/// across blocks, when the device holds them all at once (LYNX_GRID_ROUTE overrides the
+/// choice; dispatch.hpp); larger calls run the stages' kernels in turn.
 ///
 /// With a sorted_layout_ref that asks for any array, the same call also writes the batch's
 /// expert-sorted layout (sorted_layout.hpp; vLLM's moe_align_block_size arrays among them): in

@@ -128,6 +128,8 @@ const shape shapes[] = {
     {384, 8, 32, 32, 1.0f, 1, lynx::scoring::sigmoid, true},
     {512, 10, 256, 256, 3.0f, 0, lynx::scoring::softmax, true},
     {1024, 16, 5, 7, 1.0f, 2, lynx::scoring::softmax, false},
+    {128, 8, 20, 64, 2.0f, 2, lynx::scoring::softmax, true},   // padding past a warp's rows: B <= warps < T
+    {256, 8, 1, 40, 1.0f, 1, lynx::scoring::sigmoid, false},   // one valid row, 39 padding rows
 };
 
 template <class T, class IdT>

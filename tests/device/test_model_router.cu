@@ -192,13 +192,15 @@ void check_policy(const router_case& c, const lynx::route_params& p0, const batc
 const lynx::policy all_policies[] = {lynx::policy::lynx, lynx::policy::piggyback, lynx::policy::budget};
 
 TEST(DeviceRouter, RouteMatchesHostOnTheFusedPath) {
+  // One row; a row per warp; more rows than warps (each phase loads its rows again); and 12
+  // valid rows of 48, at most one per warp (they stay in registers however many rows pad).
   SKIP_WITHOUT_DEVICE();
   std::uint32_t seed = 100;
   for (const auto& c : cases)
     for (const lynx::policy kind : all_policies)
       for (const bool relaxed : {false, true})
         for (const batch_case b : {batch_case{1, 1, false, false}, batch_case{16, 16, false, false},
-                                   batch_case{40, 37, true, true}})
+                                   batch_case{40, 37, true, true}, batch_case{48, 12, true, true}})
           ASSERT_NO_FATAL_FAILURE(
               (check_policy<float, std::int32_t>(c, policy_params(c, kind, relaxed), b, seed++, false)));
 }

@@ -560,6 +560,22 @@ TEST(Launchers, GridPathWanted) {
   EXPECT_FALSE(d::grid_route_wanted(p, 64, 128));
 }
 
+TEST(Launchers, DecodeRowsAreTheValidRowsTheHostKnows) {
+  // A host count B decides route's own choice (padding past B is no warp's work on the fused
+  // path: 64 rows with 1 or 20 valid stay on it at 128 experts); a device count cannot be read
+  // here, so all the rows decide.
+  EXPECT_EQ(d::decode_rows(64, 1), 1);
+  EXPECT_EQ(d::decode_rows(64, 20), 20);
+  EXPECT_EQ(d::decode_rows(64, 100), 64);
+  EXPECT_EQ(d::decode_rows(64, -3), 0);
+  const int* not_read = reinterpret_cast<const int*>(16);  // never dereferenced on the host
+  EXPECT_EQ(d::decode_rows(64, lynx::token_count(not_read)), 64);
+  const auto p = policy_params(128, 8, lynx::policy::lynx);
+  EXPECT_FALSE(d::grid_route_wanted(p, d::decode_rows(64, 20), 128));
+  EXPECT_TRUE(d::grid_route_wanted(p, d::decode_rows(64, 33), 128));
+  EXPECT_TRUE(d::grid_route_wanted(p, d::decode_rows(64, lynx::token_count(not_read)), 128));
+}
+
 TEST(Launchers, GridStateLayout) {
   // Two counters, then the three sets, then nbins x n counts: one memset zeroes them all.
   std::vector<std::uint32_t> words(d::grid_state::size_words(160, 3));

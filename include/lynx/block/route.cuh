@@ -105,11 +105,12 @@ class block_route {
       run_one_row<false>(batch, p, scratch, sets);
       return;
     }
-    // With at most a row per warp, each warp keeps its row and plain top-k in registers from
-    // phase to phase (up to 256 experts: 8 keys a lane); otherwise each phase loads its rows
-    // again (the caller's logits, and the plain keys from the scratch). Not for the budget
-    // policy: its greedy needs those registers (complete_set).
-    const bool resident = MaxN <= 256 && rows <= warps && p.kind != policy::budget;
+    // With at most a valid row per warp (B, not T: the padding rows past B are no warp's
+    // work), each warp keeps its row and plain top-k in registers from phase to phase (up to
+    // 256 experts: 8 keys a lane); otherwise each phase loads its rows again (the caller's
+    // logits, and the plain keys from the scratch). Not for the budget policy: its greedy needs
+    // those registers (complete_set).
+    const bool resident = MaxN <= 256 && b <= warps && p.kind != policy::budget;
     warp_row<MaxN> kept;
     std::uint64_t kept_plain = 0;
     // Where kept is not read again (a phase that loads its rows, or a new row of the first),
@@ -120,7 +121,7 @@ class block_route {
       kept_plain = 0;
     };
     const auto for_voting_rows = [&](bool keep, auto&& f) {
-      for (int t = warp; t < rows; t += warps) {
+      for (int t = warp; t < b; t += warps) {  // the padding rows do not vote
         if (!temp_.votes[t]) continue;
         if (keep) {
           f(t, kept, kept_plain);
@@ -133,10 +134,11 @@ class block_route {
       }
     };
     // Every row: its plain top-k (kept for the final top-k), mass, plain experts, bins.
-    for (int t = warp; t < rows; t += warps) {
+    for (int t = b + static_cast<int>(threadIdx.x); t < rows; t += BlockThreads) temp_.votes[t] = 0;  // padding
+    for (int t = warp; t < b; t += warps) {
       forget_kept();  // resident: this warp's only row
       warp_row<MaxN> row;
-      detail::batch_load(batch, row, t, n, t < b);
+      detail::batch_load(batch, row, t, n, true);
       if (lane == 0) temp_.votes[t] = row.votes();
       if (!row.votes()) continue;
       const std::uint64_t plain = warp_topk<K>(row.key, k);
@@ -204,10 +206,10 @@ class block_route {
       run_one_row<true>(batch, p, scratch, sets);
       return;
     }
-    // As run's: with at most a row per warp, the logits, P and the kept groups stay in
+    // As run's: with at most a valid row per warp, the logits, P and the kept groups stay in
     // registers; otherwise each phase loads the row again and selects its groups again. Not
     // for the budget policy, as run's.
-    const bool resident = MaxN <= 256 && rows <= warps && p.kind != policy::budget;
+    const bool resident = MaxN <= 256 && b <= warps && p.kind != policy::budget;
     warp_row<MaxN> kept;
     std::uint64_t kept_plain = 0;
     std::uint32_t kept_groups = 0;
@@ -221,7 +223,7 @@ class block_route {
     };
     // f(t, logits, router row, P) for every voting row.
     const auto for_voting_rows = [&](bool keep, auto&& f) {
-      for (int t = warp; t < rows; t += warps) {
+      for (int t = warp; t < b; t += warps) {  // the padding rows do not vote
         if (!temp_.votes[t]) continue;
         warp_row<MaxN> choice;
         if (keep) {
@@ -240,10 +242,11 @@ class block_route {
       }
     };
     // Every row: its choice P, mass, P's experts, bins (lynx) or its share of K.
-    for (int t = warp; t < rows; t += warps) {
+    for (int t = b + static_cast<int>(threadIdx.x); t < rows; t += BlockThreads) temp_.votes[t] = 0;  // padding
+    for (int t = warp; t < b; t += warps) {
       forget_kept();  // resident: this warp's only row
       warp_row<MaxN> row;
-      detail::batch_load(batch, row, t, n, t < b);
+      detail::batch_load(batch, row, t, n, true);
       if (lane == 0) temp_.votes[t] = row.votes();
       if (!row.votes()) continue;
       warp_row<MaxN> choice;

@@ -7,6 +7,7 @@
 
 #include <type_traits>
 
+#include "../../batch.hpp"
 #include "../../params.hpp"
 #include "../config.hpp"
 
@@ -110,6 +111,12 @@ inline constexpr int grid_route_mode = LYNX_GRID_ROUTE;
 /// router's calls stay on the fused path).
 inline bool grid_route_policy(const route_params& p, int num_rows) {
   return p.router.plain() && grid_route_shape(p, num_rows);
+}
+
+/// The rows that decide lynx::route's own choice of decode path: B where the host knows it (the
+/// fused block gives the padding rows past B no work but their pad ids), else all of them.
+inline int decode_rows(int num_rows, const token_count& valid) {
+  return valid.device_ptr ? num_rows : valid.rows(num_rows);
 }
 
 /// Whether lynx::route's own choice (decode_choice::automatic) tries the grid path: the policy

@@ -327,7 +327,7 @@ TEST(Device, BudgetGreedyMatchesHost) {
   // per step) against the host's lazy greedy: the same K, ids and weights, with tied gains
   // (quantized logits), sigmoid scores, the mass mode, shares in global memory (300 and 700
   // rows on the fused path), the anchors' phase (a limit below the anchors) and the stage path
-  // (1100 rows).
+  // (1100 rows), and more voting rows than 16 bits count (65,600: the mass target counts them).
   SKIP_WITHOUT_DEVICE();
   struct budget_case {
     int n, k, rows;
@@ -341,6 +341,7 @@ TEST(Device, BudgetGreedyMatchesHost) {
       {160, 6, 40, lynx::scoring::sigmoid, 0.25f, 0, 0.0f},    {256, 8, 64, lynx::scoring::sigmoid, 0.0f, 0, 0.9f},
       {256, 8, 300, lynx::scoring::softmax, 0.0f, 0, 0.0f},    {64, 6, 48, lynx::scoring::softmax, 0.0f, 10, 0.0f},
       {128, 8, 700, lynx::scoring::softmax, 0.25f, 0, 0.97f},  {64, 6, 1100, lynx::scoring::softmax, 0.0f, 0, 0.0f},
+      {32, 4, 65600, lynx::scoring::softmax, 0.0f, 0, 0.9f},
   };
   std::uint32_t seed = 900;
   for (const budget_case& c : cases) {

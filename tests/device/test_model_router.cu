@@ -209,11 +209,13 @@ TEST(DeviceRouter, OneValidRowMatchesHost) {
   // B = 1, which block_route routes by warp 0 alone (run_one_row on the router's choice keys):
   // every model, policy (the budget in its mass, count and fraction modes) and group limit,
   // with padding rows behind the row or not, pinned or not, B on the host or on the device,
-  // a row with NaN and +inf, half its logits -inf (fewer finite choices than k in some groups),
-  // or none finite (it does not vote).
+  // a row with NaN and +inf, every other logit -inf, or none finite (it does not vote). The
+  // case's own settings are drawn independently of the model, the policy and the groups by a
+  // fixed generator (its seed puts a pinned voting row under every policy and group limit).
   SKIP_WITHOUT_DEVICE();
   std::uint32_t seed = 700;
-  int index = 0;
+  std::mt19937 draw(2);
+  const auto pick = [&draw](int choices) { return static_cast<int>(draw() % static_cast<std::uint32_t>(choices)); };
   for (const auto& c : cases)
     for (int mode = 0; mode < 5; ++mode)
       for (const bool relaxed : {false, true}) {
@@ -221,11 +223,10 @@ TEST(DeviceRouter, OneValidRowMatchesHost) {
         auto p = policy_params(c, kind, relaxed);
         if (mode == 3) p.budget_mass = 0.0f, p.budget_experts = c.k + 3;
         if (mode == 4) p.budget_mass = 0.0f, p.budget_fraction = 0.7f;
-        batch_case b{index % 2 ? 6 : 1, 1, index % 5 == 3, false};
-        b.row0 = index % 4;
-        b.device_count = index % 3 == 1;
-        ++index;
-        if (index % 2)
+        batch_case b{pick(2) ? 6 : 1, 1, pick(2) == 1, false};
+        b.row0 = pick(4);
+        b.device_count = pick(2) == 1;
+        if (pick(2))
           ASSERT_NO_FATAL_FAILURE((check_policy<float, std::int32_t>(c, p, b, seed++, false)));
         else
           ASSERT_NO_FATAL_FAILURE((check_policy<__nv_bfloat16, std::int64_t>(c, p, b, seed++, false)));

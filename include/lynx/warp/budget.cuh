@@ -77,7 +77,8 @@ struct budget_counts {
 
 /// Warp-collective: the counts, from `lane_voters` (this lane's voting rows) and the plain,
 /// anchor and K0 bit sets in shared memory; with bulk, the anchors are merged into `active`.
-/// Every count is at most 1,024 (N, or 512 rows), so two sums carry two 16-bit counts each.
+/// The expert counts are at most N <= 1,024, so one sum carries two of them in 16 bits each;
+/// the voters (any number of rows on the per-stage path) have a sum of their own.
 __device__ __forceinline__ budget_counts warp_budget_counts(int lane_voters, const route_params& p,
                                                             const std::uint32_t* plain_set,
                                                             const std::uint32_t* anchors, std::uint32_t* active) {
@@ -88,10 +89,10 @@ __device__ __forceinline__ budget_counts warp_budget_counts(int lane_voters, con
     size += __popc(active[w]);
     with_anchors += __popc(active[w] | anchors[w]);
   }
-  const int a = detail::warp_sum(lane_voters | unique << 16), b = detail::warp_sum(size | with_anchors << 16);
+  const int a = detail::warp_sum(unique), b = detail::warp_sum(size | with_anchors << 16);
   budget_counts c;
-  c.voters = a & 0xFFFF;
-  c.limit = detail::budget_limit(p.budget_experts, p.budget_fraction, a >> 16, n, p.top_k);
+  c.voters = detail::warp_sum(lane_voters);
+  c.limit = detail::budget_limit(p.budget_experts, p.budget_fraction, a, n, p.top_k);
   c.bulk = (b >> 16) <= c.limit;
   c.size = c.bulk ? b >> 16 : b & 0xFFFF;
   if (c.bulk)  // each lane writes the words it read

@@ -27,15 +27,9 @@ std::vector<float> logits_for(int rows, int n, int k) {
   return std::vector<float>(mid, mid + static_cast<std::size_t>(rows) * n);
 }
 
-enum class which { topk, lynx_policy, default_policy };
-
-template <which W>
-void route_host(benchmark::State& state, lynx_bench::model_shape m) {
-  const int rows = static_cast<int>(state.range(0));
-  lynx::route_params p = lynx_bench::shape_params(m);
-  if (W == which::lynx_policy) p.kind = lynx::policy::lynx;
-  constexpr bool Lynx = W != which::topk;
-  const auto logits = logits_for(rows, m.num_experts, m.top_k);
+/// The timed loop: route (Lynx) or topk_route on `rows` rows of logits with p.
+template <bool Lynx>
+void time_calls(benchmark::State& state, const std::vector<float>& logits, int rows, const lynx::route_params& p) {
   std::vector<int> ids(static_cast<std::size_t>(rows) * p.top_k);
   std::vector<float> w(ids.size());
   for (auto _ : state) {
@@ -46,6 +40,18 @@ void route_host(benchmark::State& state, lynx_bench::model_shape m) {
     benchmark::ClobberMemory();
   }
   state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(rows) * state.iterations(), benchmark::Counter::kIsRate);
+}
+
+enum class which { topk, lynx_policy, default_policy };
+
+template <which W>
+void route_host(benchmark::State& state, lynx_bench::model_shape m) {
+  const int rows = static_cast<int>(state.range(0));
+  lynx::route_params p = lynx_bench::shape_params(m);
+  if (W == which::lynx_policy) p.kind = lynx::policy::lynx;
+  constexpr bool Lynx = W != which::topk;
+  const auto logits = logits_for(rows, m.num_experts, m.top_k);
+  time_calls<Lynx>(state, logits, rows, p);
 }
 
 // topk_route with each model's own router (lynx::model_routings), a fixed N(0, 0.5) bias; or
@@ -59,16 +65,7 @@ void router_host(benchmark::State& state, lynx::model_routing m) {
   for (float& b : bias) b = d(rng);
   const lynx::route_params p = Lynx ? lynx::default_params(m, bias.data()) : lynx::model_params(m, bias.data());
   const auto logits = logits_for(rows, m.num_experts, m.top_k);
-  std::vector<int> ids(static_cast<std::size_t>(rows) * p.top_k);
-  std::vector<float> w(ids.size());
-  for (auto _ : state) {
-    const lynx::status s = Lynx ? lynx::host::route(logits.data(), p.num_experts, rows, rows, p, ids.data(), w.data())
-                                : lynx::host::topk_route(logits.data(), p.num_experts, rows, rows, p, ids.data(), w.data());
-    if (s != lynx::status::success) state.SkipWithError(lynx::status_string(s));
-    benchmark::DoNotOptimize(ids.data());
-    benchmark::ClobberMemory();
-  }
-  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(rows) * state.iterations(), benchmark::Counter::kIsRate);
+  time_calls<Lynx>(state, logits, rows, p);
 }
 
 const int registered = [] {

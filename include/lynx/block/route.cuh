@@ -100,7 +100,7 @@ class block_route {
     const bool lynx_policy = p.kind == policy::lynx;
     sets_t sets(temp_.sets);
     score_t score(temp_.policy.score, n, depth + 1);
-    begin(sets, score, lynx_policy);
+    begin(sets, score, lynx_policy, b, rows);
     if (b == 1) {  // uniform: one valid row, no batch-wide phase (run_one_row)
       run_one_row<false>(batch, p, scratch, sets);
       return;
@@ -134,7 +134,6 @@ class block_route {
       }
     };
     // Every row: its plain top-k (kept for the final top-k), mass, plain experts, bins.
-    for (int t = b + static_cast<int>(threadIdx.x); t < rows; t += BlockThreads) temp_.votes[t] = 0;  // padding
     for (int t = warp; t < b; t += warps) {
       forget_kept();  // resident: this warp's only row
       warp_row<MaxN> row;
@@ -201,7 +200,7 @@ class block_route {
     const bool lynx_policy = p.kind == policy::lynx;
     sets_t sets(temp_.sets);
     score_t score(temp_.policy.score, n, depth + 1);
-    begin(sets, score, lynx_policy);
+    begin(sets, score, lynx_policy, b, rows);
     if (b == 1) {  // uniform, as run_plain's
       run_one_row<true>(batch, p, scratch, sets);
       return;
@@ -242,7 +241,6 @@ class block_route {
       }
     };
     // Every row: its choice P, mass, P's experts, bins (lynx) or its share of K.
-    for (int t = b + static_cast<int>(threadIdx.x); t < rows; t += BlockThreads) temp_.votes[t] = 0;  // padding
     for (int t = warp; t < b; t += warps) {
       forget_kept();  // resident: this warp's only row
       warp_row<MaxN> row;
@@ -326,59 +324,69 @@ class block_route {
       detail::batch_load(batch, row, 0, n, true);
       if (lane == 0) temp_.votes[0] = row.votes();
       if (row.votes()) {
+        // The row as the policy sees it (a router's choice keys; else the row) and its plain
+        // top-k (a router's choice P), kept in the scratch for finish's fallback.
+        warp_row<MaxN> choice;
+        std::uint64_t plain;
         if constexpr (Router) {
-          warp_row<MaxN> choice;
           warp_router_choice(row, n, p.router, choice);
-          const std::uint64_t plain = warp_router_plain<K>(choice, k);
-          if (lane < k) scratch.plain[lane] = plain;  // for finish's fallback, as the general path's
-          mark_topk(sets.plain(), plain, k);
-          std::uint64_t chosen = warp_by_logit<K>(row, plain, k);  // P by logit: the mass's and weights' keys
-          const float mass = warp_row_mass<K>(row, chosen, k, p.score, p.renormalize);
-          if (lane == 0) temp_.mass[0] = mass;
-          if (p.kind == policy::budget) {
-            detail::select_row<K>(plain, pinned, p, sets.active(), sets.anchors(), [] { return std::uint64_t{0}; });
+          plain = warp_router_plain<K>(choice, k);
+        } else {
+          plain = warp_topk<K>(row.key, k);
+        }
+        if (lane < k) scratch.plain[lane] = plain;
+        mark_topk(sets.plain(), plain, k);
+        const std::uint64_t plain_by_logit = by_logit<Router>(row, plain, k);  // the mass's and weights' keys
+        const float mass = warp_row_mass<K>(row, plain_by_logit, k, p.score, p.renormalize);
+        if (lane == 0) temp_.mass[0] = mass;
+        std::uint64_t chosen = plain, weighted;  // weighted: chosen by logit
+        if (p.kind != policy::budget) {  // a single token keeps its plain top-k (P)
+          weighted = plain_by_logit;
+        } else {
+          detail::select_row<K>(plain, pinned, p, sets.active(), sets.anchors(), [] { return std::uint64_t{0}; });
+          if constexpr (Router) {
             warp_budget_row<K>(choice, plain, p, sets.plain(), sets.anchors(), sets.active());
             chosen = warp_router_topk_in<K>(row, choice, p.router, sets.active(), plain, k, pinned);
-            mark_topk(sets.final_set(), chosen, k);
-            chosen = warp_by_logit<K>(row, chosen, k);
           } else {
-            mark_topk(sets.final_set(), plain, k);
-          }
-          detail::batch_emit_scaled<K>(batch, 0, chosen, k, p, mass);
-        } else {
-          const std::uint64_t plain = warp_topk<K>(row.key, k);
-          if (lane < k) scratch.plain[lane] = plain;  // for finish's fallback, as the general path's
-          mark_topk(sets.plain(), plain, k);
-          const float mass = warp_row_mass<K>(row, plain, k, p.score, p.renormalize);
-          if (lane == 0) temp_.mass[0] = mass;
-          std::uint64_t chosen = plain;
-          if (p.kind == policy::budget) {
-            detail::select_row<K>(plain, pinned, p, sets.active(), sets.anchors(), [] { return std::uint64_t{0}; });
             warp_budget_row<K>(row, plain, p, sets.plain(), sets.anchors(), sets.active());
             chosen = warp_topk_in<K>(row, sets.active(), plain, k);
           }
-          mark_topk(sets.final_set(), chosen, k);
-          detail::batch_emit<K>(batch, 0, chosen, k, p, mass);
+          weighted = by_logit<Router>(row, chosen, k);
         }
+        mark_topk(sets.final_set(), chosen, k);
+        emit<Router>(batch, 0, weighted, k, p, mass);
       }
     }
-    for (int t = 1 + static_cast<int>(threadIdx.x); t < batch.num_rows; t += BlockThreads) temp_.votes[t] = 0;
     finish(batch, sets, p, [&](int t) {  // the plain top-k, as the general paths' fallbacks write it
       const std::uint64_t plain = lane < k ? scratch.plain[static_cast<std::size_t>(t) * k + lane] : 0;
-      if constexpr (Router) {
-        warp_row<MaxN> row;
-        detail::batch_load(batch, row, t, n, true);
-        detail::batch_emit_scaled<K>(batch, t, warp_by_logit<K>(row, plain, k), k, p, temp_.mass[t]);
-      } else {
-        detail::batch_emit<K>(batch, t, plain, k, p, temp_.mass[t]);
-      }
+      warp_row<MaxN> row;  // a router's logits, for its weights' keys
+      if constexpr (Router) detail::batch_load(batch, row, t, n, true);
+      emit<Router>(batch, t, by_logit<Router>(row, plain, k), k, p, temp_.mass[t]);
     });
   }
 
-  /// Clears the sets (and the lynx policy's histogram).
-  __device__ __forceinline__ void begin(sets_t& sets, score_t& score, bool lynx_policy) {
+  /// A router's chosen keys (choice scores) re-keyed by their logits, as its mass and weights
+  /// take them; a plain row's keys are its logits already.
+  template <bool Router>
+  static __device__ __forceinline__ std::uint64_t by_logit(const warp_row<MaxN>& row, std::uint64_t keys, int k) {
+    if constexpr (Router) return warp_by_logit<K>(row, keys, k);
+    else return keys;
+  }
+
+  /// A voting row's ids and weights from its chosen keys by logit: a router's weights scaled.
+  template <bool Router, class Batch>
+  static __device__ __forceinline__ void emit(const Batch& batch, int t, std::uint64_t keys, int k,
+                                              const route_params& p, float mass) {
+    if constexpr (Router) detail::batch_emit_scaled<K>(batch, t, keys, k, p, mass);
+    else detail::batch_emit<K>(batch, t, keys, k, p, mass);
+  }
+
+  /// Clears the sets (and the lynx policy's histogram) and the votes of the padding rows (b
+  /// and on: no warp's work; they do not vote).
+  __device__ __forceinline__ void begin(sets_t& sets, score_t& score, bool lynx_policy, int b, int rows) {
     sets.init();
     if (lynx_policy) score.init();
+    for (int t = b + static_cast<int>(threadIdx.x); t < rows; t += BlockThreads) temp_.votes[t] = 0;
     __syncthreads();
   }
 

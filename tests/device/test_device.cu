@@ -13,6 +13,7 @@
 #include <cmath>
 #include <utility>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include <lynx/lynx.cuh>
@@ -151,19 +152,33 @@ TEST(Device, RouteMatchesHostBf16Int32) { SKIP_WITHOUT_DEVICE(); all_shapes<__nv
 TEST(Device, TopkRouteMatchesHostFloatInt64) { SKIP_WITHOUT_DEVICE(); all_shapes<float, std::int64_t>(entry::topk); }
 TEST(Device, TopkRouteMatchesHostBf16Int32) { SKIP_WITHOUT_DEVICE(); all_shapes<__nv_bfloat16, std::int32_t>(entry::topk); }
 
+/// A policy and its settings, for the policy tests at several tiers.
+struct policy_case {
+  lynx::policy kind;
+  bool anchor;
+  int keep_k;         // piggyback: clamped to [1, k]
+  int extra_experts;  // budget by count: k + this, at most N (0: not by count)
+  float budget_fraction, budget_mass;
+
+  lynx::route_params params(int n, int k) const {
+    auto p = lynx::default_params(n, k);
+    p.kind = kind;
+    p.anchor_top1 = anchor;
+    p.keep_k = std::max(1, std::min(keep_k, k));
+    p.budget_experts = extra_experts ? std::min(n, k + extra_experts) : 0;
+    p.budget_fraction = budget_fraction;
+    p.budget_mass = budget_mass;
+    return p;
+  }
+};
+
 TEST(Device, PoliciesMatchHost) {
   // Every policy, with and without the anchor and pinned rows (a device-side mask), at
   // several tiers: ids and weights bitwise equal to the host path.
   SKIP_WITHOUT_DEVICE();
-  struct policy_case {
-    lynx::policy kind;
-    bool anchor;
-    int keep_k, budget_experts;
-    float budget_fraction, budget_mass;
-  };
   const policy_case cases[] = {
       {lynx::policy::lynx, true, 0, 0, 0, 0},          {lynx::policy::piggyback, false, 2, 0, 0, 0},
-      {lynx::policy::piggyback, true, 1, 0, 0, 0},     {lynx::policy::budget, true, 0, 24, 0, 0},
+      {lynx::policy::piggyback, true, 1, 0, 0, 0},     {lynx::policy::budget, true, 0, 16, 0, 0},
       {lynx::policy::budget, true, 0, 0, 0.7f, 0},     {lynx::policy::budget, true, 0, 0, 0, 0.94f},
   };
   const int dims[][3] = {{64, 6, 16}, {128, 8, 64}, {512, 10, 33}, {8, 2, 16}};
@@ -172,13 +187,7 @@ TEST(Device, PoliciesMatchHost) {
     for (const policy_case& c : cases)
       for (const bool with_pinned : {false, true}) {
         const int n = d[0], k = d[1], rows = d[2];
-        auto p = lynx::default_params(n, k);
-        p.kind = c.kind;
-        p.anchor_top1 = c.anchor;
-        p.keep_k = std::max(1, std::min(c.keep_k, k));
-        p.budget_experts = c.budget_experts ? std::max(k, std::min(n, c.budget_experts)) : 0;
-        p.budget_fraction = c.budget_fraction;
-        p.budget_mass = c.budget_mass;
+        auto p = c.params(n, k);
         p.renormalize = seed % 2;
         const auto L = lynx_test::random_logits(rows, n, seed++, 1.0f);
         std::vector<std::uint8_t> pinned(rows, 0);
@@ -327,7 +336,7 @@ TEST(Device, BudgetGreedyMatchesHost) {
   // per step) against the host's lazy greedy: the same K, ids and weights, with tied gains
   // (quantized logits), sigmoid scores, the mass mode, shares in global memory (300 and 700
   // rows on the fused path), the anchors' phase (a limit below the anchors) and the stage path
-  // (1100 rows), and more voting rows than 16 bits count (65,600: the mass target counts them).
+  // (1100 rows).
   SKIP_WITHOUT_DEVICE();
   struct budget_case {
     int n, k, rows;
@@ -341,7 +350,6 @@ TEST(Device, BudgetGreedyMatchesHost) {
       {160, 6, 40, lynx::scoring::sigmoid, 0.25f, 0, 0.0f},    {256, 8, 64, lynx::scoring::sigmoid, 0.0f, 0, 0.9f},
       {256, 8, 300, lynx::scoring::softmax, 0.0f, 0, 0.0f},    {64, 6, 48, lynx::scoring::softmax, 0.0f, 10, 0.0f},
       {128, 8, 700, lynx::scoring::softmax, 0.25f, 0, 0.97f},  {64, 6, 1100, lynx::scoring::softmax, 0.0f, 0, 0.0f},
-      {32, 4, 65600, lynx::scoring::softmax, 0.0f, 0, 0.9f},
   };
   std::uint32_t seed = 900;
   for (const budget_case& c : cases) {
@@ -357,6 +365,19 @@ TEST(Device, BudgetGreedyMatchesHost) {
     compare_with_host<float, int>(entry::route, lynx_test::random_logits(c.rows, c.n, seed++, 1.5f, c.quantum), c.rows,
                                   c.rows, p);
   }
+  // More voting rows than 16 bits count (the per-stage path takes any number), in mass mode,
+  // whose target counts them: expert 0 leads every row by 0.1, so K0 is {0} alone and the
+  // target decides how many experts the greedy adds (a count of 64 would stop it at 2).
+  const int n = 16, k = 2, rows = 65600;
+  auto L = lynx_test::random_logits(rows, n, 77, 1.0f);
+  for (int t = 0; t < rows; ++t) {
+    float* row = L.data() + static_cast<std::size_t>(t) * n;
+    row[0] = *std::max_element(row + 1, row + n) + 0.1f;
+  }
+  auto p = lynx::default_params(n, k);
+  p.budget_experts = 0, p.budget_fraction = 0.0f, p.budget_mass = 0.9f;
+  SCOPED_TRACE("65,600 voting rows");
+  compare_with_host<float, int>(entry::route, L, rows, rows, p);
 }
 
 /// One valid row (B = 1) on the one-block path, which routes it by its warp alone
@@ -400,14 +421,10 @@ TEST(Device, OneValidRowMatchesHost) {
   // single-row greedy: ties in the logits, shares that vanish on the gain grid (K filled from
   // the plain top-k), shares that tie only after truncation to the grid (the greedy then takes
   // the lower id, not the larger logit), a row with no finite logit, NaN and +inf; pinned or
-  // not, with padding rows behind it, B on the host or on the device, three logit types.
+  // not, with padding rows behind it, B on the host or on the device, three logit types. The
+  // settings past the tier, the row kind and the policy are drawn independently by a fixed
+  // generator, so that none follows another (nor the policy).
   SKIP_WITHOUT_DEVICE();
-  struct policy_case {
-    lynx::policy kind;
-    bool anchor;
-    int keep_k, extra_experts;
-    float budget_fraction, budget_mass;
-  };
   const policy_case cases[] = {
       {lynx::policy::lynx, true, 0, 0, 0, 0},        {lynx::policy::piggyback, false, 2, 0, 0, 0},
       {lynx::policy::budget, true, 0, 0, 0, 0.94f},  {lynx::policy::budget, true, 0, 3, 0, 0},
@@ -415,21 +432,17 @@ TEST(Device, OneValidRowMatchesHost) {
   };
   const int dims[][2] = {{8, 2}, {16, 1}, {64, 6}, {128, 8}, {256, 8}, {512, 16}, {1000, 20}};
   std::uint32_t seed = 2000;
+  std::mt19937 draw(3);
+  const auto pick = [&draw](int choices) { return static_cast<int>(draw() % static_cast<std::uint32_t>(choices)); };
   int index = 0;
   for (const auto& d : dims)
     for (int kind = 0; kind < 6; ++kind)
       for (const policy_case& c : cases) {
-        const int n = d[0], k = d[1], rows = index % 2 ? 6 : 1;
-        const bool pinned = index % 5 == 3, device_count = index % 4 == 1;
-        auto p = lynx::default_params(n, k);
-        p.kind = c.kind;
-        p.anchor_top1 = c.anchor;
-        p.keep_k = std::min(c.keep_k, k);
-        p.budget_experts = c.extra_experts ? std::min(n, k + c.extra_experts) : 0;
-        p.budget_fraction = c.budget_fraction;
-        p.budget_mass = c.budget_mass;
-        p.score = index % 3 == 2 ? lynx::scoring::sigmoid : lynx::scoring::softmax;
-        p.renormalize = index % 2 == 0;
+        const int n = d[0], k = d[1], rows = pick(2) ? 6 : 1;
+        const bool pinned = pick(3) == 0, device_count = pick(3) == 0;
+        auto p = c.params(n, k);
+        p.score = pick(3) == 0 ? lynx::scoring::sigmoid : lynx::scoring::softmax;
+        p.renormalize = pick(2) == 0;
         auto L = lynx_test::random_logits(rows, n, seed++, 1.5f, kind == 1 ? 0.5f : 0.0f);
         if (kind == 2) L[n / 2] = 60.0f;  // every other share underflows the gain grid
         if (kind == 3)
@@ -440,7 +453,7 @@ TEST(Device, OneValidRowMatchesHost) {
         SCOPED_TRACE(testing::Message() << "N " << n << " k " << k << " row kind " << kind << " policy "
                                         << static_cast<int>(c.kind) << " rows " << rows << " pinned " << pinned
                                         << " device B " << device_count << " case " << index);
-        const int type = kind == 5 ? 0 : index % 3;  // kind 5's logits differ below bf16's and half's precision
+        const int type = kind == 5 ? 0 : pick(3);  // kind 5's logits differ below bf16's and half's precision
         ++index;
         switch (type) {
           case 0: ASSERT_NO_FATAL_FAILURE((one_row_case<float, std::int32_t>(L, n, rows, p, pinned, device_count))); break;

@@ -350,4 +350,65 @@ TEST(DeviceFunctions, GainArgmaxTakesTheLargerGainThenTheLowerId) {
   }
 }
 
+/// lynx::warp_budget_counts in one warp: lane_voters[lane] voting rows a lane, the plain, anchor
+/// and K0 bit sets in global memory; out: voters, limit, size, bulk, and active afterwards.
+__global__ void budget_counts_kernel(const int* lane_voters, lynx::route_params p, const std::uint32_t* plain_set,
+                                     const std::uint32_t* anchors, std::uint32_t* active, int* out) {
+  const lynx::budget_counts c = lynx::warp_budget_counts(lane_voters[threadIdx.x], p, plain_set, anchors, active);
+  if (threadIdx.x == 0) out[0] = c.voters, out[1] = c.limit, out[2] = c.size, out[3] = c.bulk;
+}
+
+TEST(DeviceFunctions, BudgetCountsMatchTheHostsAtAnyVoterCount) {
+  // The counts that start the budget greedy, by count, fraction and mass, for N up to 1,024 and
+  // up to 128,000 voting rows (the per-stage path takes any number; 65,536 and more overflowed
+  // a 16-bit count once): the voters, budget_limit of the plain experts, K0's size, and the
+  // anchors merged at once exactly when K0 and all of them fit the limit.
+  SKIP_WITHOUT_DEVICE();
+  std::mt19937 rng(17);
+  int trial = 0;
+  for (const int n : {8, 160, 1024})
+    for (const int mode : {0, 1, 2})
+      for (const int most : {3, 600, 4000}) {  // a lane's voters: at most 96, 19,200, 128,000 in all
+        const int k = std::min(n, 8), words = (n + 31) / 32;
+        auto p = lynx::default_params(n, k);
+        p.budget_experts = mode == 0 ? std::min(n, k + 5) : 0;
+        p.budget_fraction = mode == 1 ? 0.7f : 0.0f;
+        p.budget_mass = mode == 2 ? 0.9f : 0.0f;
+        std::vector<int> voters(32);
+        for (int& v : voters) v = static_cast<int>(rng() % static_cast<unsigned>(most + 1));
+        std::vector<std::uint32_t> plain(words), anchors(words), active(words);
+        const unsigned density = 2 + trial % 6;  // about 1 bit in `density` of each set
+        for (int e = 0; e < n; ++e) {
+          const std::uint32_t bit = 1u << (e % 32);
+          if (rng() % density == 0) plain[e / 32] |= bit;
+          if (rng() % (2 * density) == 0) anchors[e / 32] |= bit;
+          if (rng() % (3 * density) == 0) active[e / 32] |= bit;
+        }
+        int want_voters = 0, unique = 0, size = 0, with_anchors = 0;
+        for (const int v : voters) want_voters += v;
+        for (int w = 0; w < words; ++w) {
+          unique += __builtin_popcount(plain[w]);
+          size += __builtin_popcount(active[w]);
+          with_anchors += __builtin_popcount(active[w] | anchors[w]);
+        }
+        const int limit = d::budget_limit(p.budget_experts, p.budget_fraction, unique, n, k);
+        const bool bulk = with_anchors <= limit;
+        std::vector<std::uint32_t> want_active = active;
+        if (bulk)
+          for (int w = 0; w < words; ++w) want_active[w] |= anchors[w];
+        dev<int> d_voters(voters), out(4);
+        dev<std::uint32_t> d_plain(plain), d_anchors(anchors), d_active(active);
+        budget_counts_kernel<<<1, 32>>>(d_voters.p, p, d_plain.p, d_anchors.p, d_active.p, out.p);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const auto got = out.get();
+        SCOPED_TRACE(testing::Message() << "N " << n << " mode " << mode << " voters " << want_voters);
+        EXPECT_EQ(got[0], want_voters);
+        EXPECT_EQ(got[1], limit);
+        EXPECT_EQ(got[2], bulk ? with_anchors : size);
+        EXPECT_EQ(got[3] != 0, bulk);
+        EXPECT_EQ(d_active.get(), want_active);
+        ++trial;
+      }
+}
+
 }  // namespace

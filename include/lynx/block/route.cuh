@@ -78,7 +78,9 @@ class block_route {
   __device__ __forceinline__ explicit block_route(TempStorage& temp) : temp_(temp) {}
 
   /// Block-collective: routes the batch (a batch_ref, or the library's any_batch) with p,
-  /// writing every row's ids and weights. batch.num_rows <= MaxRows, N <= MaxN, k <= K.
+  /// writing every row's ids and weights. batch.num_rows <= MaxRows, N <= MaxN, k <= K. As with
+  /// CUB's block primitives, reusing the TempStorage (another run, or the caller's own data in
+  /// a union with it) needs a __syncthreads() after this returns: its last phase still reads it.
   template <class Batch>
   __device__ void run(const Batch& batch, const route_params& p, route_scratch scratch) {
     if (p.router.plain())

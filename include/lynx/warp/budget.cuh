@@ -89,12 +89,12 @@ __device__ __forceinline__ budget_counts warp_budget_counts(int lane_voters, con
     size += __popc(active[w]);
     with_anchors += __popc(active[w] | anchors[w]);
   }
-  const int a = detail::warp_sum(unique), b = detail::warp_sum(size | with_anchors << 16);
+  const int plain_unique = detail::warp_sum(unique), sizes = detail::warp_sum(size | with_anchors << 16);
   budget_counts c;
   c.voters = detail::warp_sum(lane_voters);
-  c.limit = detail::budget_limit(p.budget_experts, p.budget_fraction, a, n, p.top_k);
-  c.bulk = (b >> 16) <= c.limit;
-  c.size = c.bulk ? b >> 16 : b & 0xFFFF;
+  c.limit = detail::budget_limit(p.budget_experts, p.budget_fraction, plain_unique, n, p.top_k);
+  c.bulk = (sizes >> 16) <= c.limit;
+  c.size = c.bulk ? sizes >> 16 : sizes & 0xFFFF;
   if (c.bulk)  // each lane writes the words it read
     for (int w = detail::lane_id(); w < words; w += 32) active[w] |= anchors[w];
   __syncwarp();

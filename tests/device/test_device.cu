@@ -13,7 +13,6 @@
 #include <cmath>
 #include <utility>
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include <lynx/lynx.cuh>
@@ -432,8 +431,7 @@ TEST(Device, OneValidRowMatchesHost) {
   };
   const int dims[][2] = {{8, 2}, {16, 1}, {64, 6}, {128, 8}, {256, 8}, {512, 16}, {1000, 20}};
   std::uint32_t seed = 2000;
-  std::mt19937 draw(3);
-  const auto pick = [&draw](int choices) { return static_cast<int>(draw() % static_cast<std::uint32_t>(choices)); };
+  lynx_test::picker pick(3);
   int index = 0;
   for (const auto& d : dims)
     for (int kind = 0; kind < 6; ++kind)

@@ -214,8 +214,7 @@ TEST(DeviceRouter, OneValidRowMatchesHost) {
   // fixed generator (its seed puts a pinned voting row under every policy and group limit).
   SKIP_WITHOUT_DEVICE();
   std::uint32_t seed = 700;
-  std::mt19937 draw(2);
-  const auto pick = [&draw](int choices) { return static_cast<int>(draw() % static_cast<std::uint32_t>(choices)); };
+  lynx_test::picker pick(2);
   for (const auto& c : cases)
     for (int mode = 0; mode < 5; ++mode)
       for (const bool relaxed : {false, true}) {

@@ -20,4 +20,15 @@ inline std::vector<float> random_logits(int rows, int n, std::uint32_t seed, flo
   return v;
 }
 
+/// A test's independent choices from a fixed generator: pick(c) is in [0, c), so that a case's
+/// settings follow neither its loop index nor each other.
+class picker {
+ public:
+  explicit picker(std::uint32_t seed) : rng_(seed) {}
+  int operator()(int choices) { return static_cast<int>(rng_() % static_cast<std::uint32_t>(choices)); }
+
+ private:
+  std::mt19937 rng_;
+};
+
 }  // namespace lynx_test

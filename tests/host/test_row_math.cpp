@@ -1,8 +1,11 @@
-// The shared per-element math: exp_f32 accuracy, key order, the output order on equal weights.
+// The shared per-element math: exp_f32 accuracy, key order, the output order on equal weights,
+// the budget's share inserts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <random>
 #include <vector>
 
 #include <lynx/host.hpp>
@@ -85,6 +88,46 @@ TEST(RowMath, CanonicalRowSumIsTheWarpButterfly) {
     std::copy(next, next + 32, p);
   }
   for (int j = 0; j < 32; ++j) EXPECT_EQ(p[j], canonical);
+}
+
+TEST(RowMath, BudgetSlotInsertsAreTheHostsInsert) {
+  // The device inserts a share into a token's k best shares inside K slot by slot (share_slot:
+  // share_insert_k's strided list in block_budget, a lane a slot in warp_budget_row); the host
+  // path shifts the list (share_insert). Same lists for every k, share and tie: drawn from a
+  // few values so that equal shares and a list not yet full (its tail 0) are common.
+  namespace d = lynx::detail;
+  constexpr int K = 8, stride = 3;
+  std::mt19937 gen(5);
+  const float values[] = {0.0f, 0.0625f, 0.125f, 0.25f, 0.3f, 0.5f, 0.7f, 1.0f};
+  std::uniform_int_distribution<int> pick(0, 7), pick_k(1, K);
+  int inserted = 0, ties = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    const int k = pick_k(gen);
+    std::vector<float> list(k);
+    for (float& v : list) v = values[pick(gen)];
+    std::sort(list.begin(), list.end(), std::greater<float>());
+    const float share = values[pick(gen)];
+    if (!(share > list[k - 1])) continue;  // the callers insert only shares above the k-th
+    ++inserted;
+    ties += std::count(list.begin(), list.end(), share) > 0;
+    std::vector<float> want = list;
+    d::share_insert(want.data(), k, share);
+    std::vector<float> strided(static_cast<std::size_t>(K) * stride, -1.0f);
+    for (int i = 0; i < k; ++i) strided[static_cast<std::size_t>(i) * stride] = list[i];
+    const float kth = d::share_insert_k<K>(strided.data(), stride, k, share);
+    EXPECT_EQ(kth, want[k - 1]) << "trial " << trial;
+    for (int i = 0; i < K; ++i) {
+      const float got = strided[static_cast<std::size_t>(i) * stride];
+      if (i < k) {
+        EXPECT_EQ(got, want[i]) << "trial " << trial << " slot " << i;
+        EXPECT_EQ(d::share_slot(list[i], i == 0 ? 0.0f : list[i - 1], i == 0, share), want[i]);
+      } else {
+        EXPECT_EQ(got, -1.0f) << "slot " << i << " past k was written";
+      }
+    }
+  }
+  EXPECT_GT(inserted, 1000);
+  EXPECT_GT(ties, 100);
 }
 
 }  // namespace

@@ -67,9 +67,16 @@ LYNX_HD void share_insert(float* top, int k, float share) {
   top[i] = share;
 }
 
+/// One slot of share_insert without its loop, for a share above the list's last: slot i takes
+/// max(old i, min(old i - 1, share)), slot 0 (first) max(old 0, share). Every slot reads only
+/// the old list, so the slots of a list can be taken in any order, or a lane each.
+LYNX_HD float share_slot(float old, float old_above, bool first, float share) {
+  const float above = first ? share : (old_above < share ? old_above : share);
+  return old > above ? old : above;
+}
+
 /// share_insert for a list of k <= K shares (share above its last) at top[0], top[stride], ...,
-/// without a data-dependent loop: slot i takes max(top[i], min(top[i - 1], share)). Returns
-/// the new k-th.
+/// slot by slot (share_slot). Returns the new k-th.
 template <int K>
 LYNX_HD float share_insert_k(float* top, int stride, int k, float share) {
   float old[K];
@@ -79,8 +86,7 @@ LYNX_HD float share_insert_k(float* top, int stride, int k, float share) {
   LYNX_UNROLL
   for (int i = 0; i < K; ++i) {
     if (i >= k) break;
-    const float above = i == 0 ? share : (old[i - 1] < share ? old[i - 1] : share);
-    const float v = old[i] > above ? old[i] : above;
+    const float v = share_slot(old[i], i == 0 ? 0.0f : old[i - 1], i == 0, share);
     top[i * stride] = v;
     kth = v;
   }

@@ -179,10 +179,10 @@ __device__ __forceinline__ void warp_budget_row(const warp_row<MaxN>& row, std::
       if (lane == 0) detail::set_bit(active, c);
       total += g;
       ++size;
-      if (sc > kth) {  // share_insert_k on the lane-spread list: slot j takes max(old j, min(old j - 1, share))
+      if (sc > kth) {  // share_insert_k on the lane-spread list: lane j takes slot j
         const float prev = __shfl_up_sync(detail::full_mask, top, 1);
-        const float above = lane == 0 ? sc : (prev < sc ? prev : sc);
-        if (lane < k) top = top > above ? top : above;
+        const float slot = detail::share_slot(top, prev, lane == 0, sc);
+        if (lane < k) top = slot;
         kth = __shfl_sync(detail::full_mask, top, k - 1);
       }
     }

@@ -369,13 +369,16 @@ TEST(DeviceFunctions, BudgetCountsMatchTheHostsAtAnyVoterCount) {
   for (const int n : {8, 160, 1024})
     for (const int mode : {0, 1, 2})
       for (const int most : {3, 600, 4000}) {  // a lane's voters: at most 96, 19,200, 128,000 in all
+        // At the top level every lane draws at least 2,100, so every mode and N meets more than
+        // 65,536 voters (at least 67,200), whatever the generator gives.
+        const int least = most == 4000 ? 2100 : 0;
         const int k = std::min(n, 8), words = (n + 31) / 32;
         auto p = lynx::default_params(n, k);
         p.budget_experts = mode == 0 ? std::min(n, k + 5) : 0;
         p.budget_fraction = mode == 1 ? 0.7f : 0.0f;
         p.budget_mass = mode == 2 ? 0.9f : 0.0f;
         std::vector<int> voters(32);
-        for (int& v : voters) v = static_cast<int>(rng() % static_cast<unsigned>(most + 1));
+        for (int& v : voters) v = least + static_cast<int>(rng() % static_cast<unsigned>(most - least + 1));
         std::vector<std::uint32_t> plain(words), anchors(words), active(words);
         const unsigned density = 2 + trial % 6;  // about 1 bit in `density` of each set
         for (int e = 0; e < n; ++e) {
@@ -402,6 +405,7 @@ TEST(DeviceFunctions, BudgetCountsMatchTheHostsAtAnyVoterCount) {
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         const auto got = out.get();
         SCOPED_TRACE(testing::Message() << "N " << n << " mode " << mode << " voters " << want_voters);
+        if (least > 0) ASSERT_GT(want_voters, 65536);
         EXPECT_EQ(got[0], want_voters);
         EXPECT_EQ(got[1], limit);
         EXPECT_EQ(got[2], bulk ? with_anchors : size);

@@ -15,7 +15,7 @@
 //                                              grid path: lynx::detail::route_with)
 //                                              MODEL: a name of lynx::model_routings: its own
 //                                              router (a normal(0, 0.5) correction bias where
-//                                              it has one, as lynx_bench_router's), N and K
+//                                              it has one, as bench_router.cu's), N and K
 //                                              its own (the N K given are ignored)
 #include <cuda_runtime.h>
 

@@ -1,6 +1,6 @@
 // moe_decode_layer: a real decode MoE layer on the GPU, routed with plain top-k or with Lynx.
 // bf16 expert weights in HBM (gate, up, down; SiLU), router logits from the generator fitted to
-// the FLAME trace (or --trace), and a bandwidth-bound grouped expert kernel that reads only the
+// the FLAME trace, and a bandwidth-bound grouped expert kernel that reads only the
 // experts the batch touches, from the sorted layout the routing launch writes. Prints, per shape and batch size: unique experts, layer time with
 // each router, the speedup, and the achieved HBM bandwidth as a fraction of the GPU's peak.
 #include <cuda_bf16.h>

@@ -1,6 +1,7 @@
 #pragma once
 // The per-call view of one batch (cuCollections' *_ref idea): what changes every decode step,
-// passed by value to the launchers, the host path and the kernels. route_params holds what the
+// small enough that the kernels take it by value (the launchers and the host path take a
+// const reference). route_params holds what the
 // model and the policy fix; this holds the data.
 
 #include <cstdint>

@@ -42,7 +42,7 @@ enum class policy : int {
 struct model_router {
   const float* bias = nullptr;  ///< [N] e_score_correction_bias, fp32 (device memory for the launchers)
   int num_groups = 1;           ///< n_group, 1 .. 32, dividing N
-  int top_groups = 1;           ///< topk_group, 1 .. num_groups
+  int top_groups = 1;           ///< topk_group, 1 .. num_groups, holding at least top_k experts
   float scaling = 1.0f;         ///< routed_scaling_factor (1: the caller applies it, or none)
   /// The Lynx policies' group limit (docs/ROUTERS.md): false (kept) lets a token take only
   /// experts of its own kept groups, as when groups map to devices; true (relaxed) lets it take

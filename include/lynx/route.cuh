@@ -113,8 +113,9 @@ cudaError_t route_with(decode_choice choice, void* workspace, std::size_t& works
 ///
 /// With a sorted_layout_ref that asks for any array, the same call also writes the batch's
 /// expert-sorted layout (sorted_layout.hpp; vLLM's moe_align_block_size arrays among them): in
-/// the fused kernel itself above 128 experts, else (and after the per-stage path) in one more
-/// one-block launch. It needs no workspace. A call with B = 0 (a host count) routes nothing and writes the empty layout.
+/// the same launch on the grid path and in fused kernels of up to 512 threads (MaxN above 128,
+/// or a model router's), else (the 1024-thread tiers, and after the per-stage path) in one
+/// more one-block launch. It needs no workspace. A call with B = 0 (a host count) routes nothing and writes the empty layout.
 template <class T, class IdT>
 cudaError_t route(void* workspace, std::size_t& workspace_bytes, const batch_ref<T, IdT>& batch,
                   const route_params& p, const sorted_layout_ref& layout, cudaStream_t stream = 0) {

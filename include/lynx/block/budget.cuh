@@ -8,10 +8,10 @@
 // token's gain terms into the candidates' gains with shared-memory atomics. Then the steps, with
 // no block-wide barrier: up to 32 * token_slots rows, the warps that own candidates keep their
 // gains and every token's k best shares inside K in registers and meet once a step at named
-// barrier 1 (a caller that composes block_budget must not use barrier 1 in those warps at the
-// same time); above that, the same warps keep the gains in shared memory, insert a token a
-// thread and list the moved tokens, with two named barriers a step (one warp alone was
-// 2.3-4.6x slower there at T 256 on an H200). A step is a (gain, id) argmax, the chosen
+// barrier 1; above that, the same warps keep the gains in shared memory, insert a token a
+// thread and list the moved tokens, with two barriers a step at named barrier 1 too (one warp
+// alone was 2.3-4.6x slower there at T 256 on an H200). So at any row count, a caller that
+// composes block_budget must not use barrier 1 in those warps while it runs. A step is a (gain, id) argmax, the chosen
 // expert's share inserted into each token's k best inside K, and, for each token whose k-th
 // best moved (a few a step), every owner replacing that token's terms of its gains.
 

@@ -1,7 +1,7 @@
 #pragma once
 // Per-element and per-row math that the host path and the device kernels both run.
-// Everything here is integer-exact or a fixed sequence of fp32 operations, so host and
-// device agree bitwise on ids (SPEC §5); only expf may differ in its last bits.
+// Everything here is integer-exact or a fixed sequence of fp32 operations (exp_f32 included:
+// explicit fma, no library expf), so host and device agree bitwise on ids and weights.
 
 #include <cfloat>
 #include <cmath>

@@ -179,7 +179,7 @@ __device__ __forceinline__ void warp_emit(std::uint64_t chosen, int k, scoring s
   }
 }
 
-/// SPEC §5: a row that does not vote gets the pad ids (block_active_set::pad_ids) or the
+/// SPEC §5: a row that does not vote gets the pad ids (block_decide::pad_ids) or the
 /// sentinel, with weight 0. Warp-collective.
 template <class IdT>
 __device__ __forceinline__ void warp_emit_pad(const int* pad, int k, bool use_sentinel, int sentinel, IdT* ids,

@@ -73,8 +73,9 @@ auto dispatch_tier(int i, F&& f) {
 }
 static_assert(num_tiers == 8, "dispatch_tier lists every tier");
 
-/// How lynx::route runs a call: decode sizes in one single-block launch, the rest one kernel
-/// per stage.
+/// How lynx::route runs a call: decode sizes in one single-block launch (fused) or, above one
+/// row per warp of that block, a warp per row across blocks (grid); the rest one kernel per
+/// stage.
 enum class route_path { fused, grid, stages };
 
 inline route_path choose_route_path(int num_rows, int n, int k) {

@@ -27,7 +27,7 @@ LYNX_HOST_INLINE void plain_topk_scan(const float* x, const std::uint32_t* mask,
 }
 
 /// The entries i < c with x[i] >= cut, in order (values and ids; ids i where id is null), and
-/// how many; the ranks of candidates (host_topk_avx2.hpp says what each computes).
+/// how many; the ranks of candidates (topk_avx2.hpp says what each computes).
 template <class Isa>
 LYNX_HOST_INLINE int keep_at_least(Isa, const float* x, const int* id, int c, float cut, float* ox, int* oid) {
   if constexpr (Isa::avx2) {

@@ -3,8 +3,9 @@
 // for every dispatched (MaxN, K) tier, every logit type and both id types. Skips without a GPU.
 #include <gtest/gtest.h>
 
-#include <cstdint>
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -413,6 +414,73 @@ TEST(DeviceFunctions, BudgetCountsMatchTheHostsAtAnyVoterCount) {
         EXPECT_EQ(d_active.get(), want_active);
         ++trial;
       }
+}
+
+/// lynx::warp_budget_keeps_plain, a warp per row (float logits), from the row's plain top-k.
+template <int MaxN, int K>
+__global__ void keeps_plain_kernel(const float* logits, int rows, lynx::route_params p, int* out) {
+  const int t = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  if (t >= rows) return;  // uniform per warp
+  lynx::warp_row<MaxN> row;
+  row.load(logits + static_cast<std::size_t>(t) * p.num_experts, p.num_experts, true);
+  const std::uint64_t plain = lynx::warp_topk<K>(row.key, p.top_k);
+  const bool keeps = lynx::warp_budget_keeps_plain<K>(row, plain, p.top_k, p);
+  if (lynx::detail::lane_id() == 0) out[t] = keeps;
+}
+
+template <int MaxN, int K>
+void check_keeps_plain(int n, int k, int& kept, int& refused) {
+  const int rows = 60;
+  for (const auto score : {lynx::scoring::softmax, lynx::scoring::sigmoid}) {
+    std::vector<float> L = lynx_test::random_logits(rows, n, 300 + n + k, 1.5f);
+    for (int t = 0; t < rows; ++t) {  // row kinds, as the host test of the same rule draws them
+      float* x = L.data() + static_cast<std::size_t>(t) * n;
+      if (t % 5 == 1)
+        for (int e = 0; e < n; ++e) x[e] = std::round(x[e] * 2.0f) / 2.0f;  // ties in the logits
+      if (t % 5 == 2) x[n / 2] = 60.0f;                                     // shares vanish on the grid
+      if (t % 5 == 3) x[1] = NAN, x[n - 1] = INFINITY;
+      if (t % 5 == 4)  // shares near 2^-32 x a few: equal on the grid, distinct as floats
+        for (int e = 1; e < n; ++e) x[e] = -19.0f - 1e-5f * static_cast<float>((e * 7) % 13);
+    }
+    auto p = lynx::default_params(n, k);
+    p.score = score;
+    std::vector<int> want(rows);
+    for (int t = 0; t < rows; ++t) {  // the host's inputs to the rule: the top k + 1 keys, the max, the shares
+      const float* x = L.data() + static_cast<std::size_t>(t) * n;
+      std::uint64_t best[lynx::max_top_k + 1];
+      d::plain_topk(x, n, std::min(k + 1, n), best);
+      const float m = d::row_max(x, n);
+      const auto value = [&](std::uint64_t key) {
+        return d::share_value(d::unordered_float(static_cast<std::uint32_t>(key >> 16)), m, score, false);
+      };
+      float sum = 0.0f;
+      for (int j = 0; j < k; ++j) sum += value(best[j]);
+      const auto share = [&](std::uint64_t key) { return sum > 0.0f ? value(key) / sum : 0.0f; };
+      want[t] = d::one_row_keeps_plain(share(best[k - 1]), n > k ? share(best[k]) : 0.0f);
+      (want[t] ? kept : refused) += 1;
+    }
+    dev<float> d_L(L);
+    dev<int> out(rows);
+    keeps_plain_kernel<MaxN, K><<<(rows * 32 + 255) / 256, 256>>>(d_L.p, rows, p, out.p);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(out.get(), want) << "N " << n << " k " << k << " scoring " << static_cast<int>(score);
+  }
+}
+
+TEST(DeviceFunctions, BudgetKeepsPlainIsTheHostsRule) {
+  // The one-row budget's shortcut (block_route skips the greedy where it holds): the device's
+  // warp_budget_keeps_plain against detail::one_row_keeps_plain on the host's shares, at the
+  // tiers of MaxN 128, 256, 512 and the generic one, N not a power of two too; the rows both
+  // pass and fail it (ties on the gain grid fail).
+  SKIP_WITHOUT_DEVICE();
+  int kept = 0, refused = 0;
+  ASSERT_NO_FATAL_FAILURE((check_keeps_plain<128, 8>(128, 8, kept, refused)));
+  ASSERT_NO_FATAL_FAILURE((check_keeps_plain<128, 2>(100, 2, kept, refused)));
+  ASSERT_NO_FATAL_FAILURE((check_keeps_plain<256, 8>(160, 6, kept, refused)));
+  ASSERT_NO_FATAL_FAILURE((check_keeps_plain<512, 16>(512, 10, kept, refused)));
+  ASSERT_NO_FATAL_FAILURE((check_keeps_plain<1024, 32>(1000, 20, kept, refused)));
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(refused, 0);
 }
 
 }  // namespace

@@ -242,6 +242,63 @@ TEST(Budget, GreedyIsWithinOneMinusOneOverEOfTheBestSetWithTheAnchors) {
   }
 }
 
+TEST(Budget, OneRowSkipsTheGreedyOnlyWhereItsKHoldsThePlainTopK) {
+  // With a single voting row, block_route skips the budget's greedy and keeps the plain top-k
+  // when detail::one_row_keeps_plain, from the shares of the row's plain k-th and (k + 1)-th
+  // (warp_budget_keeps_plain), says K holds it. Wherever it says so, the host's budget route of
+  // the row must be its plain top-k (topk_route's ids and weights); it must say so for nearly
+  // every ordinary row; and the batch must include rows where the budget takes another expert
+  // (shares that tie only on the gain grid), all of which it must refuse. Rows as the one-row
+  // device test draws them; every limit mode, both scorings, pinned or not.
+  const int dims[][2] = {{8, 2}, {16, 1}, {64, 6}, {128, 8}, {256, 8}, {512, 16}, {1000, 20}};
+  const struct {
+    int experts;
+    float fraction, mass;
+  } modes[] = {{0, 0.0f, 0.94f}, {3, 0.0f, 0.0f}, {0, 0.7f, 0.0f}, {0, 0.0f, 1.0f}, {1024, 0.0f, 0.0f}};
+  std::uint32_t seed = 9100;
+  int ordinary = 0, ordinary_kept = 0, other = 0;
+  for (const auto& d : dims)
+    for (int kind = 0; kind < 5; ++kind)
+      for (const auto& mode : modes)
+        for (const auto score : {lynx::scoring::softmax, lynx::scoring::sigmoid})
+          for (const std::uint8_t pinned : {std::uint8_t{0}, std::uint8_t{1}}) {
+            const int n = d[0], k = d[1];
+            auto L = lynx_test::random_logits(1, n, seed++, 1.5f, kind == 1 ? 0.5f : 0.0f);
+            if (kind == 2) L[n / 2] = 60.0f;  // every other share underflows the gain grid
+            if (kind == 3) L[1] = NAN, L[n - 1] = INFINITY;
+            if (kind == 4)  // shares near 2^-32 x a few: equal on the grid, distinct as floats
+              for (int e = 1; e < n; ++e) L[e] = -19.0f - 1e-5f * static_cast<float>((e * 7) % 13);
+            auto p = params(n, k, lynx::policy::budget);
+            p.score = score;
+            p.budget_experts = mode.experts ? std::clamp(mode.experts, k, n) : 0;  // a count limit in [k, N]
+            p.budget_fraction = mode.fraction;
+            p.budget_mass = mode.mass;
+            // The test's inputs, as the device takes them: the row's top k + 1 keys, its max,
+            // and shares over the plain top-k's sum in key order (row_shares).
+            std::uint64_t best[lynx::max_top_k + 1];
+            const int m_keys = std::min(k + 1, n);
+            lynx::detail::plain_topk(L.data(), n, m_keys, best);
+            const float m = lynx::detail::row_max(L.data(), n);
+            const auto value = [&](std::uint64_t key) {
+              return lynx::detail::share_value(lynx::detail::unordered_float(static_cast<std::uint32_t>(key >> 16)), m,
+                                               score, false);
+            };
+            float sum = 0.0f;
+            for (int j = 0; j < k; ++j) sum += value(best[j]);
+            const auto share = [&](std::uint64_t key) { return sum > 0.0f ? value(key) / sum : 0.0f; };
+            const bool keeps = lynx::detail::one_row_keeps_plain(share(best[k - 1]), n > k ? share(best[k]) : 0.0f);
+            const routed budget = route(L, 1, 1, p, &pinned), top = plain(L, 1, p);
+            const bool same = budget.ids == top.ids && budget.w == top.w;
+            if (keeps) {
+              ASSERT_TRUE(same) << "N " << n << " k " << k << " row kind " << kind << " seed " << seed - 1;
+            }
+            if (kind == 0) ordinary += 1, ordinary_kept += keeps;
+            other += !same;
+          }
+  EXPECT_GT(other, 10) << "rows where the budget's one-row choice is not the plain top-k";
+  EXPECT_GE(ordinary_kept * 10, ordinary * 9) << ordinary_kept << " of " << ordinary << " ordinary rows";
+}
+
 TEST(Policies, InvalidSettingsAreRejected) {
   const std::vector<float> L(16, 0.0f);
   std::vector<int> ids(16, 42);

@@ -314,7 +314,9 @@ class block_route {
   /// never remapped (SPEC §3.3: its support terms are zero, so its z top-k is its plain top-k,
   /// or a router's choice P, and so is every policy's choice but the budget's), and the
   /// budget's greedy for one token needs no other warp (warp_budget_row, on the row as the
-  /// policy sees it: a router's choice keys). The rows past it are padding; the decision and
+  /// policy sees it: a router's choice keys), nor runs at all when its K surely holds the plain
+  /// top-k (warp_budget_keeps_plain: all but rows whose shares tie on the gain grid at the
+  /// plain k-th). The rows past it are padding; the decision and
   /// their pad ids are finish's, as for any batch, so every output is the general path's bitwise.
   template <bool Router, class Batch>
   __device__ __forceinline__ void run_one_row(const Batch& batch, const route_params& p, route_scratch scratch,
@@ -342,7 +344,14 @@ class block_route {
         const float mass = warp_row_mass<K>(row, plain_by_logit, k, p.score, p.renormalize);
         if (lane == 0) temp_.mass[0] = mass;
         std::uint64_t chosen = plain, weighted;  // weighted: chosen by logit
-        if (p.kind != policy::budget) {  // a single token keeps its plain top-k (P)
+        // A single token keeps its plain top-k (P) under every policy but the budget's, and
+        // under the budget's too when its K surely holds them (then K itself is not needed:
+        // only the row's choice and the plain set are read after).
+        const auto budget_keeps_plain = [&] {  // on the row as the policy sees it
+          if constexpr (Router) return warp_budget_keeps_plain<K>(choice, plain, k, p);
+          else return warp_budget_keeps_plain<K>(row, plain, k, p);
+        };
+        if (p.kind != policy::budget || budget_keeps_plain()) {
           weighted = plain_by_logit;
         } else {
           detail::select_row<K>(plain, pinned, p, sets.active(), sets.anchors(), [] { return std::uint64_t{0}; });

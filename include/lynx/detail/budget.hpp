@@ -120,6 +120,21 @@ LYNX_HD int fill_from_plain(const std::uint64_t* plain, int k, Flag* in_active, 
   return size;
 }
 
+/// Whether the greedy's K surely holds a batch's plain top-k when a single token votes, from
+/// the shares of its plain k-th (kth) and of its best expert outside the plain top-k (next: the
+/// row's (k + 1)-th, shares being monotone in the logit; 0 if there is none). Until K holds k
+/// experts the token's list is not full, so a gain is the share alone: if the plain k-th's gain
+/// is above next's, the greedy takes the plain top-k (in some order) before any other expert,
+/// and K only grows after; if next has no gain, no expert outside is ever taken, and
+/// fill_from_plain completes K with the plain top-k. K0 (the pinned top-k, or the top-1 anchor)
+/// lies inside the plain top-k at one token. Either way the token's top-k inside K is its plain
+/// top-k. (Shares that tie only on the gain grid fail the test: the greedy may then take a
+/// lower id with a smaller logit.)
+LYNX_HD bool one_row_keeps_plain(float kth, float next) {
+  const gain_t g = to_gain(next);
+  return g == 0 || to_gain(kth) > g;
+}
+
 /// The greedy's order on candidates: the larger gain, then the lower id.
 LYNX_HD bool gain_before(gain_t a, int ea, gain_t b, int eb) { return a > b || (a == b && ea < eb); }
 

@@ -1,7 +1,8 @@
 #pragma once
 // The budget policy's pieces on a warp (detail/budget.hpp): a row's shares, the counts that
 // start the greedy (block_budget's too), and the whole greedy when the batch has a single
-// voting row (warp_budget_row).
+// voting row (warp_budget_row), and the test that lets a single row skip it
+// (warp_budget_keeps_plain).
 //
 // With one token, an expert's gain is that token's term alone, share_gain(share, kth), so a
 // step needs no sums over rows and no other warp: the warp keeps every expert's (gain, id) key
@@ -99,6 +100,23 @@ __device__ __forceinline__ budget_counts warp_budget_counts(int lane_voters, con
     for (int w = detail::lane_id(); w < words; w += 32) active[w] |= anchors[w];
   __syncwarp();
   return c;
+}
+
+/// Warp-collective, for a batch whose only voting row is `row` as the policy sees it (a model
+/// router's choice keys), with its lane-spread plain top-k (a router's choice P): true when the
+/// budget's K surely holds that top-k (detail::one_row_keeps_plain), so that the row's top-k
+/// inside K is its plain top-k and the greedy (warp_budget_row) need not run. The same in every
+/// lane. Costs a round of the warp max (the row's (k + 1)-th key) and the shares' sum.
+template <int K, int MaxN>
+__device__ __forceinline__ bool warp_budget_keeps_plain(const warp_row<MaxN>& row, std::uint64_t plain, int k,
+                                                        const route_params& p) {
+  const std::uint64_t kth = __shfl_sync(detail::full_mask, plain, k - 1);
+  std::uint64_t below = 0;  // this lane's best key below the plain k-th (keys are distinct)
+#pragma unroll
+  for (int i = 0; i < MaxN / 32; ++i) below = row.key[i] < kth && row.key[i] > below ? row.key[i] : below;
+  const std::uint64_t next = detail::warp_max_key(below);
+  const row_shares share = warp_row_shares<K>(row.max, plain, k, p);
+  return kth != 0 && detail::one_row_keeps_plain(share(kth), next ? share(next) : 0.0f);
 }
 
 /// Warp-collective: the budget greedy (block_budget's steps and stopping rule) for a batch whose

@@ -14,6 +14,7 @@
 
 #include <lynx/lynx.cuh>
 
+#include "../support/budget_rule.hpp"
 #include "../support/device.hpp"
 #include "../support/random_logits.hpp"
 
@@ -445,18 +446,8 @@ void check_keeps_plain(int n, int k, int& kept, int& refused) {
     auto p = lynx::default_params(n, k);
     p.score = score;
     std::vector<int> want(rows);
-    for (int t = 0; t < rows; ++t) {  // the host's inputs to the rule: the top k + 1 keys, the max, the shares
-      const float* x = L.data() + static_cast<std::size_t>(t) * n;
-      std::uint64_t best[lynx::max_top_k + 1];
-      d::plain_topk(x, n, std::min(k + 1, n), best);
-      const float m = d::row_max(x, n);
-      const auto value = [&](std::uint64_t key) {
-        return d::share_value(d::unordered_float(static_cast<std::uint32_t>(key >> 16)), m, score, false);
-      };
-      float sum = 0.0f;
-      for (int j = 0; j < k; ++j) sum += value(best[j]);
-      const auto share = [&](std::uint64_t key) { return sum > 0.0f ? value(key) / sum : 0.0f; };
-      want[t] = d::one_row_keeps_plain(share(best[k - 1]), n > k ? share(best[k]) : 0.0f);
+    for (int t = 0; t < rows; ++t) {
+      want[t] = lynx_test::one_row_keeps_plain(L.data() + static_cast<std::size_t>(t) * n, n, k, score);
       (want[t] ? kept : refused) += 1;
     }
     dev<float> d_L(L);

@@ -11,6 +11,7 @@
 #include <lynx/measures.hpp>
 
 #include "../../examples/common/npy.hpp"
+#include "../support/budget_rule.hpp"
 #include "../support/data_dir.hpp"
 #include "../support/random_logits.hpp"
 
@@ -273,20 +274,7 @@ TEST(Budget, OneRowSkipsTheGreedyOnlyWhereItsKHoldsThePlainTopK) {
             p.budget_experts = mode.experts ? std::clamp(mode.experts, k, n) : 0;  // a count limit in [k, N]
             p.budget_fraction = mode.fraction;
             p.budget_mass = mode.mass;
-            // The test's inputs, as the device takes them: the row's top k + 1 keys, its max,
-            // and shares over the plain top-k's sum in key order (row_shares).
-            std::uint64_t best[lynx::max_top_k + 1];
-            const int m_keys = std::min(k + 1, n);
-            lynx::detail::plain_topk(L.data(), n, m_keys, best);
-            const float m = lynx::detail::row_max(L.data(), n);
-            const auto value = [&](std::uint64_t key) {
-              return lynx::detail::share_value(lynx::detail::unordered_float(static_cast<std::uint32_t>(key >> 16)), m,
-                                               score, false);
-            };
-            float sum = 0.0f;
-            for (int j = 0; j < k; ++j) sum += value(best[j]);
-            const auto share = [&](std::uint64_t key) { return sum > 0.0f ? value(key) / sum : 0.0f; };
-            const bool keeps = lynx::detail::one_row_keeps_plain(share(best[k - 1]), n > k ? share(best[k]) : 0.0f);
+            const bool keeps = lynx_test::one_row_keeps_plain(L.data(), n, k, score);
             const routed budget = route(L, 1, 1, p, &pinned), top = plain(L, 1, p);
             const bool same = budget.ids == top.ids && budget.w == top.w;
             if (keeps) {

@@ -51,6 +51,12 @@ inline int valid_rows(token_count valid, int num_rows) {
   return valid.rows(num_rows);
 }
 
+/// Whether a host call routes at all: as the launchers decide it (has_rows), from the count's
+/// form, not its value. A host count of 0 writes nothing; a pointer count routes every row,
+/// and where it reads 0 every row is padding (SPEC §5), as the kernels write it in a graph
+/// replay whose batch shrank to none.
+inline bool routes_rows(token_count valid, int num_rows) { return has_rows(num_rows, valid); }
+
 /// SPEC §3.3 (and the never-worse guard, step 5), from the bins and ranks of the previous
 /// stages (only the lynx policy reads them; others may pass null). Writes the batch's ids and
 /// weights [num_rows x k]; non-voting rows as SPEC §5 says. The bins must be affinity_bin's for
@@ -67,8 +73,8 @@ status remap_topk(const batch_ref<T, IdT>& batch, const std::int8_t* bins, const
       s != status::success)
     return s;
   if (const status s = check_staged_router(p); s != status::success) return s;
+  if (!routes_rows(batch.valid, batch.num_rows)) return status::success;
   const int num_valid = valid_rows(batch.valid, batch.num_rows);
-  if (num_valid == 0) return status::success;
   if (!p.router.plain()) {
     detail::router_route_body_dispatch(batch.logits, batch.row_stride, batch.num_rows, num_valid, p, batch.pinned, batch.ids,
                               batch.weights);
@@ -96,8 +102,8 @@ status route(const batch_ref<T, IdT>& batch, const route_params& p) {
     return s;
   if (p.kind != policy::lynx)  // the other policies need no bins or scores
     return remap_topk(batch, nullptr, nullptr, p);
+  if (!routes_rows(batch.valid, batch.num_rows)) return status::success;
   const int num_valid = valid_rows(batch.valid, batch.num_rows);
-  if (num_valid == 0) return status::success;
   if (!p.router.plain()) {  // a model router's own choice scores and groups (docs/ROUTERS.md)
     detail::router_route_body_dispatch(batch.logits, batch.row_stride, batch.num_rows, num_valid, p, batch.pinned, batch.ids,
                               batch.weights);
@@ -123,8 +129,8 @@ status topk_route(const batch_ref<T, IdT>& batch, const route_params& p) {
   if (const status s = check(p, batch.num_rows, batch.row_stride, batch.valid, {batch.logits, batch.ids, batch.weights});
       s != status::success)
     return s;
+  if (!routes_rows(batch.valid, batch.num_rows)) return status::success;
   const int num_valid = valid_rows(batch.valid, batch.num_rows);
-  if (num_valid == 0) return status::success;
   detail::topk_route_body_dispatch(batch.logits, batch.row_stride, batch.num_rows, num_valid, p, batch.ids,
                                    batch.weights);
   return status::success;
@@ -138,7 +144,7 @@ status topk_route(const T* logits, std::int64_t row_stride, int num_rows, int nu
 
 /// The expert-sorted layout (sorted_layout.hpp) of ids [num_rows x k] over n experts, the
 /// layout the device launchers write. ids == null: no slot takes part (the layout of a call
-/// with B = 0, which writes no ids).
+/// with a host count B = 0, which writes no ids).
 template <class IdT>
 status sorted_layout(const IdT* ids, int num_rows, int k, int n, const sorted_layout_ref& layout) {
   if (n < 1 || n > max_experts) return status::invalid_num_experts;
@@ -151,14 +157,14 @@ status sorted_layout(const IdT* ids, int num_rows, int k, int n, const sorted_la
 
 namespace detail {
 /// A router call (route or topk_route), then the sorted layout of the ids it wrote (of none
-/// when B = 0: the routers write no ids then). A bad layout is rejected before routing.
+/// when a host count B = 0: the routers write no ids then). A bad layout is rejected before routing.
 template <class Router, class T, class IdT>
 status route_then_layout(Router&& router, const batch_ref<T, IdT>& batch, const route_params& p,
                          const sorted_layout_ref& layout) {
   if (!layout_fits(layout, batch.num_rows, p.top_k, p.num_experts) && check(p) == status::success)
     return status::invalid_layout;
   if (const status s = router(batch, p); s != status::success) return s;
-  const bool routed = valid_rows(batch.valid, batch.num_rows) > 0;
+  const bool routed = routes_rows(batch.valid, batch.num_rows);
   return host::sorted_layout(routed ? batch.ids : nullptr, batch.num_rows, p.top_k, p.num_experts, layout);
 }
 }  // namespace detail

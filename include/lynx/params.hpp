@@ -119,7 +119,7 @@ inline const char* status_string(status s) {
     case status::invalid_router:
       return "router: num_groups in [1, 32] dividing num_experts, top_groups in [1, num_groups] holding at "
              "least top_k experts, groups of at least 2 experts with a bias, a bias only with sigmoid "
-             "scoring, scaling finite and > 0";
+             "scoring, scaling > 0 and at most lynx::max_router_scaling (2^100)";
     case status::unsupported_router:
       return "remap_topk's lynx policy reads affinity_bin's bins, which are of the logits: it does not take a "
              "grouped, biased or scaled router (route does, and remap_topk's other policies)";
@@ -144,7 +144,7 @@ inline status check(const route_params& p) {
                            r.top_groups >= 1 && r.top_groups <= r.num_groups &&
                            r.top_groups * (p.num_experts / r.num_groups) >= p.top_k;
     const bool bias_ok = !r.bias || (p.score == scoring::sigmoid && (!r.grouped() || p.num_experts / r.num_groups >= 2));
-    if (!groups_ok || !bias_ok || !(r.scaling > 0.0f) || !std::isfinite(r.scaling)) return status::invalid_router;
+    if (!groups_ok || !bias_ok || !(r.scaling > 0.0f && r.scaling <= max_router_scaling)) return status::invalid_router;
   }
   switch (p.kind) {
     case policy::lynx: break;

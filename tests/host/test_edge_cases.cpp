@@ -13,6 +13,7 @@
 #include <lynx/measures.hpp>
 
 #include "../support/params.hpp"
+#include "../support/random_logits.hpp"
 #include "../support/reference.hpp"
 
 namespace {
@@ -115,6 +116,35 @@ TEST(EdgeCases, F3SigmoidWeightsOfTinySigmoidsKeepTheirRatios) {
   const double w0 = 1.0 / (1.0 + std::exp(-1.0));
   EXPECT_NEAR(r.w[0], w0, 1e-6);
   EXPECT_NEAR(r.w[1], 1.0 - w0, 1e-6);
+}
+
+TEST(EdgeCases, SigmoidMassWithoutRenormalizeKeepsTinySigmoids) {
+  // sigmoid without renormalize on [-95, -96, -200, -300], k 2: the weights are the sigmoids,
+  // about 5.5e-42 and 2.0e-42 (subnormal, but representable); they were 0, 0, because
+  // 1 / (1 + exp(95)) overflowed exp. Where exp(-x) is finite, sigmoid is the formula, bitwise.
+  const std::vector<float> L = {-95.0f, -96.0f, -200.0f, -300.0f};
+  const auto p = params(4, 2, 1.0f, 1, lynx::scoring::sigmoid, false);
+  for (const routed& r : {topk(L, 1, p), route(L, 1, p)}) {
+    EXPECT_EQ(r.ids, (std::vector<int>{0, 1}));
+    for (int i = 0; i < 2; ++i) {
+      const double want = std::exp(static_cast<double>(L[i]));  // 1 + e^l is 1 in double too
+      EXPECT_NEAR(r.w[i] / want, 1.0, 2e-3) << i;  // subnormals: about 2.5e-4 relative resolution
+    }
+  }
+  namespace d = lynx::detail;
+  EXPECT_EQ(d::sigmoid(-88.72283f), 1.0f / (1.0f + d::exp_f32(88.72283f)));
+  EXPECT_GT(d::sigmoid(-88.72284f), 0.0f);
+  EXPECT_EQ(d::sigmoid(-104.0f), 0.0f);  // below 2^-150
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<float> x(-88.72283f, 100.0f);
+  for (int i = 0; i < 20000; ++i) {
+    const float v = x(gen);
+    ASSERT_EQ(d::float_bits(d::sigmoid(v)), d::float_bits(1.0f / (1.0f + d::exp_f32(-v)))) << v;
+  }
+  for (float v = -103.9f; v < -88.73f; v += 0.37f) {
+    ASSERT_EQ(d::sigmoid(v), d::exp_f32(v)) << v;
+    ASSERT_GT(d::sigmoid(v), 0.0f) << v;
+  }
 }
 
 /// The exact weights of chosen experts (SPEC §3.3 step 4, renormalize), in long double relative
@@ -222,6 +252,61 @@ TEST(EdgeCases, BudgetNeverStopsBelowKExperts) {
   two[n + 15] = -41.0f;
   const routed r = route(two, 2, p);
   EXPECT_EQ(unique_experts(r), k);
+}
+
+TEST(EdgeCases, PointerTokenCountRoutesAsTheKernelsDo) {
+  // A token count given by pointer (host memory on the host path) is clamped to [0, rows], and
+  // the call routes every row whatever it reads, as a kernel in a graph replay does: at 0 every
+  // row is padding (the lowest ids, or the sentinel, weight 0). A host count of 0 writes
+  // nothing. (The host path wrote nothing for a pointer count of 0 or less.)
+  const int n = 24, k = 3, rows = 5;
+  const auto L = lynx_test::random_logits(rows, n, 11);
+  std::vector<float> bias(n);
+  for (int e = 0; e < n; ++e) bias[e] = 0.05f * static_cast<float>(e % 5);
+  std::vector<lynx::route_params> cases;
+  for (const lynx::policy kind : {lynx::policy::lynx, lynx::policy::piggyback, lynx::policy::budget}) {
+    auto p = lynx::default_params(n, k);
+    p.kind = kind;
+    p.keep_k = 1;
+    cases.push_back(p);
+  }
+  cases.push_back(cases.back());
+  cases.back().pad_with_sentinel = true, cases.back().sentinel_id = n;
+  cases.push_back(cases.back());  // a grouped, biased router (docs/ROUTERS.md)
+  cases.back().router.num_groups = 4, cases.back().router.top_groups = 2, cases.back().router.bias = bias.data();
+  cases.back().score = lynx::scoring::sigmoid;
+  enum class call { route, topk, remap };
+  for (const auto& p : cases)
+    for (const call c : {call::route, call::topk, call::remap}) {
+      if (c == call::remap && (p.kind == lynx::policy::lynx || !p.router.plain())) continue;  // no bins; no router
+      const auto run = [&](lynx::token_count valid, std::vector<int>& ids, std::vector<float>& w) {
+        const lynx::batch_ref<float, int> b{L.data(), n, rows, valid, ids.data(), w.data()};
+        return c == call::route ? lynx::host::route(b, p)
+               : c == call::topk ? lynx::host::topk_route(b, p)
+                                 : lynx::host::remap_topk(b, nullptr, nullptr, p);
+      };
+      for (const int count : {0, -3, 2, rows, rows + 4}) {
+        SCOPED_TRACE(testing::Message() << "policy " << static_cast<int>(p.kind) << " call "
+                                        << static_cast<int>(c) << " count " << count << " sentinel "
+                                        << p.pad_with_sentinel << " router " << !p.router.plain());
+        std::vector<int> ids(rows * k, -7), want(rows * k, -7);
+        std::vector<float> w(rows * k, -7.0f), want_w(rows * k, -7.0f);
+        ASSERT_EQ(run(lynx::token_count(&count), ids, w), lynx::status::success);
+        const int b = std::clamp(count, 0, rows);
+        if (b > 0) {
+          ASSERT_EQ(run(b, want, want_w), lynx::status::success);
+        } else {
+          for (int i = 0; i < rows * k; ++i) want[i] = p.pad_with_sentinel ? p.sentinel_id : i % k, want_w[i] = 0.0f;
+        }
+        EXPECT_EQ(ids, want);
+        EXPECT_EQ(w, want_w);
+      }
+      std::vector<int> ids(rows * k, -7);  // a host count of 0: nothing written
+      std::vector<float> w(rows * k, -7.0f);
+      ASSERT_EQ(run(0, ids, w), lynx::status::success);
+      EXPECT_TRUE(std::all_of(ids.begin(), ids.end(), [](int x) { return x == -7; }));
+      EXPECT_TRUE(std::all_of(w.begin(), w.end(), [](float x) { return x == -7.0f; }));
+    }
 }
 
 }  // namespace

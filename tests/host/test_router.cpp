@@ -252,6 +252,10 @@ TEST(Router, BadRoutersAreRejectedAndTheStagedLynxPolicyRefusesRouters) {
   expect(p, lynx::status::invalid_router);
   p = good, p.router.scaling = INFINITY;
   expect(p, lynx::status::invalid_router);
+  p = good, p.router.scaling = NAN;
+  expect(p, lynx::status::invalid_router);
+  p = good, p.router.scaling = 2e38f;  // finite, but a sigmoid top-k mass times it is not
+  expect(p, lynx::status::invalid_router);
   p = good, p.score = lynx::scoring::softmax;  // a bias only with sigmoid scores
   expect(p, lynx::status::invalid_router);
   p = good, p.router.num_groups = 0;
@@ -267,6 +271,13 @@ TEST(Router, BadRoutersAreRejectedAndTheStagedLynxPolicyRefusesRouters) {
   q.kind = lynx::policy::piggyback;
   EXPECT_EQ(lynx::host::remap_topk(L.data(), n, 2, 2, bins.data(), ranks.data(), q, ids.data(), w.data()),
             lynx::status::success);
+  // At the largest scaling, a sigmoid top-k mass of almost k (no renormalize) keeps every
+  // weight finite.
+  p = good, p.router.scaling = lynx::max_router_scaling, p.renormalize = false;
+  std::vector<float> hot(2 * n, 20.0f);
+  ASSERT_EQ(lynx::host::topk_route(hot.data(), n, 2, 2, p, ids.data(), w.data()), lynx::status::success);
+  ASSERT_EQ(lynx::host::route(hot.data(), n, 2, 2, p, ids.data(), w.data()), lynx::status::success);
+  for (const float x : w) EXPECT_TRUE(std::isfinite(x) && x > 0.0f) << x;
 }
 
 TEST(Router, ModelRoutingConstants) {

@@ -247,6 +247,29 @@ TEST(SortedLayout, NoTokensGiveTheEmptyLayout) {
   expect_same(b, reference(std::vector<int>(rows * k, -1), rows, k, n, 4));
 }
 
+TEST(SortedLayout, PointerCountOfZeroLaysOutThePaddingRows) {
+  // A pointer count that reads 0 routes every row as padding (as a kernel in a graph replay
+  // does), so the layout holds the pad ids' slots; with the sentinel, none, as for a host 0.
+  const int n = 16, k = 2, rows = 5, zero = 0;
+  const auto logits = lynx_test::random_logits(rows, n, 1);
+  for (const bool sentinel : {false, true}) {
+    auto p = lynx_test::params(n, k);
+    p.pad_with_sentinel = sentinel, p.sentinel_id = -1;
+    std::vector<int> ids(rows * k, 3);
+    std::vector<float> w(rows * k);
+    layout_buffers b(rows, k, n, 4);
+    ASSERT_EQ(lynx::host::route(lynx::batch_ref<float, int>{logits.data(), n, rows, lynx::token_count(&zero),
+                                                            ids.data(), w.data()},
+                                p, b.ref),
+              lynx::status::success);
+    std::vector<int> pad(rows * k);
+    for (int i = 0; i < rows * k; ++i) pad[i] = sentinel ? -1 : i % k;
+    EXPECT_EQ(ids, pad);
+    EXPECT_EQ(b.num_active[0], sentinel ? 0 : k);
+    expect_same(b, reference(pad, rows, k, n, 4));
+  }
+}
+
 TEST(SortedLayout, BadLayoutsAreRejectedAndWriteNothing) {
   const int n = 16, k = 2, rows = 4;
   const std::vector<int> ids(rows * k, 1);

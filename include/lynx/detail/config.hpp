@@ -26,6 +26,9 @@ namespace lynx {
 inline constexpr int max_experts = 1024;
 /// Largest top-k any entry point accepts (per-row selection keeps k keys in registers).
 inline constexpr int max_top_k = 32;
+/// Largest routed scaling factor a model router accepts: a weight is at most k times it (a
+/// sigmoid top-k mass without renormalize), so every weight stays finite (2^100 x 32 < FLT_MAX).
+inline constexpr float max_router_scaling = 0x1p100f;
 /// Deepest bin when beta = 0 ("no clamp"): SPEC §2 allows a documented saturation depth >= 15.
 inline constexpr int max_bin_depth = 31;
 /// Number of histogram digits kept per expert at most (bins 0 .. -max_bin_depth).

@@ -110,7 +110,13 @@ LYNX_HD float exp_f32(float x) {
   return select_f32(x > hi, INFINITY, select_f32(x > lo, scaled, 0.0f));
 }
 
-LYNX_HD float sigmoid(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
+/// 1 / (1 + exp(-x)); where exp(-x) overflows (x below -ln FLT_MAX), 1 + exp(x) rounds to 1,
+/// so sigmoid(x) is exp(x), which stays representable down to 2^-150 (SPEC §3.3 step 4: the
+/// weights of tiny sigmoids must not underflow to 0 early). Everywhere else it is the plain
+/// formula, bitwise as before. A select, not a branch, like exp_f32.
+LYNX_HD float sigmoid(float x) {
+  return select_f32(x < -88.72283f, exp_f32(x), 1.0f / (1.0f + exp_f32(-x)));
+}
 
 /// SPEC §3.1 for one element: q = max(ceil(fp32(alpha * fp32(l - m))), -depth).
 /// The two roundings are part of the definition; there is no a*b+c here to contract.

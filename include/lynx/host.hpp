@@ -46,16 +46,12 @@ inline status score_experts(const std::int8_t* bins, int num_rows, const route_p
 }
 
 /// The valid row count of a host call: a pointer count is read as host memory and clamped to
-/// [0, num_rows], as the kernels clamp a device one.
+/// [0, num_rows], as the kernels clamp a device one. Whether a call routes at all is has_rows's,
+/// as for the launchers: a host count of 0 writes nothing; a pointer count routes every row,
+/// all of them padding (SPEC §5) where it reads 0, as the kernels write them in a graph replay.
 inline int valid_rows(token_count valid, int num_rows) {
   return valid.rows(num_rows);
 }
-
-/// Whether a host call routes at all: as the launchers decide it (has_rows), from the count's
-/// form, not its value. A host count of 0 writes nothing; a pointer count routes every row,
-/// and where it reads 0 every row is padding (SPEC §5), as the kernels write it in a graph
-/// replay whose batch shrank to none.
-inline bool routes_rows(token_count valid, int num_rows) { return has_rows(num_rows, valid); }
 
 /// SPEC §3.3 (and the never-worse guard, step 5), from the bins and ranks of the previous
 /// stages (only the lynx policy reads them; others may pass null). Writes the batch's ids and
@@ -73,7 +69,7 @@ status remap_topk(const batch_ref<T, IdT>& batch, const std::int8_t* bins, const
       s != status::success)
     return s;
   if (const status s = check_staged_router(p); s != status::success) return s;
-  if (!routes_rows(batch.valid, batch.num_rows)) return status::success;
+  if (!has_rows(batch.num_rows, batch.valid)) return status::success;
   const int num_valid = valid_rows(batch.valid, batch.num_rows);
   if (!p.router.plain()) {
     detail::router_route_body_dispatch(batch.logits, batch.row_stride, batch.num_rows, num_valid, p, batch.pinned, batch.ids,
@@ -102,7 +98,7 @@ status route(const batch_ref<T, IdT>& batch, const route_params& p) {
     return s;
   if (p.kind != policy::lynx)  // the other policies need no bins or scores
     return remap_topk(batch, nullptr, nullptr, p);
-  if (!routes_rows(batch.valid, batch.num_rows)) return status::success;
+  if (!has_rows(batch.num_rows, batch.valid)) return status::success;
   const int num_valid = valid_rows(batch.valid, batch.num_rows);
   if (!p.router.plain()) {  // a model router's own choice scores and groups (docs/ROUTERS.md)
     detail::router_route_body_dispatch(batch.logits, batch.row_stride, batch.num_rows, num_valid, p, batch.pinned, batch.ids,
@@ -129,7 +125,7 @@ status topk_route(const batch_ref<T, IdT>& batch, const route_params& p) {
   if (const status s = check(p, batch.num_rows, batch.row_stride, batch.valid, {batch.logits, batch.ids, batch.weights});
       s != status::success)
     return s;
-  if (!routes_rows(batch.valid, batch.num_rows)) return status::success;
+  if (!has_rows(batch.num_rows, batch.valid)) return status::success;
   const int num_valid = valid_rows(batch.valid, batch.num_rows);
   detail::topk_route_body_dispatch(batch.logits, batch.row_stride, batch.num_rows, num_valid, p, batch.ids,
                                    batch.weights);
@@ -164,7 +160,7 @@ status route_then_layout(Router&& router, const batch_ref<T, IdT>& batch, const 
   if (!layout_fits(layout, batch.num_rows, p.top_k, p.num_experts) && check(p) == status::success)
     return status::invalid_layout;
   if (const status s = router(batch, p); s != status::success) return s;
-  const bool routed = routes_rows(batch.valid, batch.num_rows);
+  const bool routed = has_rows(batch.num_rows, batch.valid);
   return host::sorted_layout(routed ? batch.ids : nullptr, batch.num_rows, p.top_k, p.num_experts, layout);
 }
 }  // namespace detail

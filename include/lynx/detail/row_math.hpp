@@ -86,8 +86,11 @@ LYNX_HD float load_logit(const T* row, int e) {
 /// subnormal of that value (so ratios of weights down to 2^-149 survive, SPEC §3.3 step 4), and
 /// 0 below 2^-150. Out-of-range inputs are clamped and their results selected at the end, with
 /// no branch, so a loop of exps vectorizes.
+/// ln FLT_MAX: above it exp_f32 is inf (and below its negation sigmoid is exp(x)).
+inline constexpr float exp_f32_max_arg = 88.72283f;
+
 LYNX_HD float exp_f32(float x) {
-  constexpr float lo = -103.972077f, hi = 88.72283f;  // ln 2^-150, ln FLT_MAX
+  constexpr float lo = -103.972077f, hi = exp_f32_max_arg;  // ln 2^-150, ln FLT_MAX
   float xc = select_f32(x > lo, x, lo);  // also -inf and NaN (NaN never reaches here)
   xc = select_f32(xc < hi, xc, hi);
   const float n = rintf(xc * 1.44269504088896341f);
@@ -115,7 +118,7 @@ LYNX_HD float exp_f32(float x) {
 /// weights of tiny sigmoids must not underflow to 0 early). Everywhere else it is the plain
 /// formula, bitwise as before. A select, not a branch, like exp_f32.
 LYNX_HD float sigmoid(float x) {
-  return select_f32(x < -88.72283f, exp_f32(x), 1.0f / (1.0f + exp_f32(-x)));
+  return select_f32(x < -exp_f32_max_arg, exp_f32(x), 1.0f / (1.0f + exp_f32(-x)));
 }
 
 /// SPEC §3.1 for one element: q = max(ceil(fp32(alpha * fp32(l - m))), -depth).

@@ -27,7 +27,7 @@ cudaError_t affinity_bin(const T* logits, std::int64_t row_stride, int num_rows,
     const auto batch = detail::any_batch::of(batch_ref<T, std::int32_t>{logits, row_stride, num_rows, valid});
     detail::affinity_bin_kernel<MaxN><<<detail::warp_row_blocks(num_rows), detail::warp_block_threads, 0, stream>>>(
         batch, p.num_experts, p.alpha, detail::bin_depth(p.beta), bins);
-    return cudaGetLastError();
+    return cudaPeekAtLastError();
   });
 }
 

@@ -12,11 +12,15 @@ namespace lynx {
 
 /// The number of valid rows B: an immediate, or a device pointer that a CUDA graph replay
 /// may change without re-capture (FlashInfer style). Rows B .. num_rows-1 are padding.
+/// A count given by pointer must point somewhere: a null one is rejected (null_pointer) in any
+/// call with rows, not read as 0 (an engine whose count buffer was never set would otherwise
+/// keep stale ids in every replay).
 struct token_count {
   int value = 0;
+  bool by_pointer = false;  // given by pointer (device_ptr, possibly null), not by value
   const int* device_ptr = nullptr;
-  LYNX_HD token_count(int v) : value(v) {}              // NOLINT: an int converts implicitly
-  LYNX_HD token_count(const int* p) : device_ptr(p) {}  // NOLINT
+  LYNX_HD token_count(int v) : value(v) {}                                 // NOLINT: an int converts implicitly
+  LYNX_HD token_count(const int* p) : by_pointer(true), device_ptr(p) {}  // NOLINT
   /// B clamped to [0, num_rows]. Dereferences device_ptr: call it where that memory lives
   /// (in a kernel for the launchers, on the host for lynx::host).
   LYNX_HD int rows(int num_rows) const {

@@ -99,6 +99,7 @@ enum class status : int {
   invalid_layout,
   invalid_router,
   unsupported_router,
+  invalid_scoring,
 };
 
 inline const char* status_string(status s) {
@@ -109,9 +110,9 @@ inline const char* status_string(status s) {
     case status::invalid_alpha: return "alpha must be finite and > 0";
     case status::invalid_beta: return "beta must be in [0, lynx::max_bin_depth]";
     case status::invalid_row_stride: return "row_stride must be >= num_experts";
-    case status::invalid_num_rows: return "num_rows must be >= 0";
+    case status::invalid_num_rows: return "num_rows must be in [0, lynx::max_num_rows]";
     case status::invalid_token_count: return "the valid token count must be in [0, num_rows]";
-    case status::null_pointer: return "a required pointer is null";
+    case status::null_pointer: return "a required pointer (a token count's too) is null";
     case status::invalid_sentinel: return "sentinel_id must lie outside [0, num_experts)";
     case status::invalid_layout:
       return "sorted layout: block_size must lie in [1, 2^20] where vLLM's arrays are asked for, and "
@@ -120,6 +121,7 @@ inline const char* status_string(status s) {
       return "router: num_groups in [1, 32] dividing num_experts, top_groups in [1, num_groups] holding at "
              "least top_k experts, groups of at least 2 experts with a bias, a bias only with sigmoid "
              "scoring, scaling > 0 and at most lynx::max_router_scaling (2^100)";
+    case status::invalid_scoring: return "score must be lynx::scoring::softmax or lynx::scoring::sigmoid";
     case status::unsupported_router:
       return "remap_topk's lynx policy reads affinity_bin's bins, which are of the logits: it does not take a "
              "grouped, biased or scaled router (route does, and remap_topk's other policies)";
@@ -134,6 +136,7 @@ inline const char* status_string(status s) {
 inline status check(const route_params& p) {
   if (p.num_experts < 2 || p.num_experts > max_experts) return status::invalid_num_experts;
   if (p.top_k < 1 || p.top_k > p.num_experts || p.top_k > max_top_k) return status::invalid_top_k;
+  if (p.score != scoring::softmax && p.score != scoring::sigmoid) return status::invalid_scoring;
   if (!(p.alpha > 0.0f) || !std::isfinite(p.alpha)) return status::invalid_alpha;
   if (p.beta < 0 || p.beta > max_bin_depth) return status::invalid_beta;
   if (p.pad_with_sentinel && p.sentinel_id >= 0 && p.sentinel_id < p.num_experts)
@@ -176,7 +179,7 @@ inline status check_staged_router(const route_params& p) {
 
 /// Whether a call has rows to route: a device-side count may be anything, so it has.
 inline bool has_rows(int num_rows, token_count valid) {
-  return num_rows > 0 && (valid.device_ptr || valid.value > 0);
+  return num_rows > 0 && (valid.by_pointer || valid.value > 0);
 }
 
 /// Checks one call's parameters and shapes, without looking at any data pointer: what a
@@ -184,9 +187,9 @@ inline bool has_rows(int num_rows, token_count valid) {
 /// device one is clamped to it in the kernels.
 inline status check(const route_params& p, int num_rows, std::int64_t row_stride, token_count valid) {
   if (const status s = check(p); s != status::success) return s;
-  if (num_rows < 0) return status::invalid_num_rows;
+  if (num_rows < 0 || num_rows > max_num_rows) return status::invalid_num_rows;
   if (row_stride < p.num_experts) return status::invalid_row_stride;
-  if (!valid.device_ptr && (valid.value < 0 || valid.value > num_rows)) return status::invalid_token_count;
+  if (!valid.by_pointer && (valid.value < 0 || valid.value > num_rows)) return status::invalid_token_count;
   return status::success;
 }
 
@@ -197,12 +200,18 @@ inline status check_pointers(std::initializer_list<const void*> required) {
   return status::success;
 }
 
+/// The same for a call with rows, and the token count's pointer where it is given by one.
+inline status check_pointers(token_count valid, std::initializer_list<const void*> required) {
+  if (valid.by_pointer && !valid.device_ptr) return status::null_pointer;
+  return check_pointers(required);
+}
+
 /// Checks one call: parameters and shapes, then the per-row pointers it reads or writes,
 /// which are required only when it has rows to route (has_rows).
 inline status check(const route_params& p, int num_rows, std::int64_t row_stride, token_count valid,
                     std::initializer_list<const void*> row_pointers) {
   if (const status s = check(p, num_rows, row_stride, valid); s != status::success) return s;
-  return has_rows(num_rows, valid) ? check_pointers(row_pointers) : status::success;
+  return has_rows(num_rows, valid) ? check_pointers(valid, row_pointers) : status::success;
 }
 
 /// Histogram digits per expert for these parameters (bins 0 .. -depth).

@@ -33,7 +33,7 @@ inline cudaError_t launch_remap(const remap_workspace& ws, const any_batch& batc
       merge_anchors_kernel<><<<1, 32, 0, stream>>>(ws);
     final_kernel<MaxN, K><<<blocks, warp_block_threads, 0, stream>>>(batch, p, ws);
     finish_kernel<MaxN, K><<<blocks, warp_block_threads, 0, stream>>>(batch, p, ws);
-    return cudaGetLastError();
+    return cudaPeekAtLastError();
   });
 }
 
@@ -43,7 +43,7 @@ inline cudaError_t launch_router_bins(const any_batch& batch, const route_params
   return dispatch_tier(choose_tier(p.num_experts, p.top_k), [&](auto max_n, auto) {
     router_bin_kernel<decltype(max_n)::value>
         <<<warp_row_blocks(batch.num_rows), warp_block_threads, 0, stream>>>(batch, p, bins);
-    return cudaGetLastError();
+    return cudaPeekAtLastError();
   });
 }
 
@@ -70,7 +70,7 @@ cudaError_t remap_topk(void* workspace, std::size_t& workspace_bytes, const batc
   if (!carver.fits(workspace_bytes)) return cudaErrorInvalidValue;
   if (!has_rows(batch.num_rows, batch.valid)) return cudaSuccess;
   const bool lynx_policy = p.kind == policy::lynx;
-  if (const status s = check_pointers({batch.logits, batch.ids, batch.weights,
+  if (const status s = check_pointers(batch.valid, {batch.logits, batch.ids, batch.weights,
                                        lynx_policy ? static_cast<const void*>(bins) : batch.logits,
                                        lynx_policy ? static_cast<const void*>(ranks) : batch.logits});
       s != status::success)

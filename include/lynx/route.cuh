@@ -36,7 +36,7 @@ cudaError_t route_with(decode_choice choice, void* workspace, std::size_t& works
   if (!has_rows(batch.num_rows, batch.valid))
     return layout.wanted() ? detail::launch_sorted_layout(any, false, p.top_k, p.num_experts, layout, stream)
                            : cudaSuccess;
-  if (const status s = check_pointers({batch.logits, batch.ids, batch.weights}); s != status::success)
+  if (const status s = check_pointers(batch.valid, {batch.logits, batch.ids, batch.weights}); s != status::success)
     return detail::to_cuda_error(s);
   const int tier = detail::choose_tier(p.num_experts, p.top_k);
   const bool decode = detail::choose_route_path(batch.num_rows, p.num_experts, p.top_k) == detail::route_path::fused;
@@ -72,7 +72,7 @@ cudaError_t route_with(decode_choice choice, void* workspace, std::size_t& works
       else
         detail::fused_route_kernel<MaxN, K, false>
             <<<1, detail::fused_threads(MaxN), 0, stream>>>(any, p, ws.remap, layout);
-      if (const cudaError_t e = cudaGetLastError();
+      if (const cudaError_t e = cudaPeekAtLastError();
           e != cudaSuccess || detail::fused_layout(MaxN, router) || !layout.wanted())
         return e;
       return detail::launch_sorted_layout(any, true, p.top_k, p.num_experts, layout, stream);

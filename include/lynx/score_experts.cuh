@@ -26,9 +26,9 @@ inline cudaError_t score_experts(const std::int8_t* bins, int num_rows, const ro
   const int n = p.num_experts, nbins = histogram_bins(p);
   constexpr int threads = 128, items = 4;
   detail::histogram_kernel<threads, items><<<n, threads, 0, stream>>>(bins, num_rows, n, nbins, counts);
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  if (const cudaError_t e = cudaPeekAtLastError(); e != cudaSuccess) return e;
   detail::rank_kernel<><<<1, detail::rank_threads, 0, stream>>>(counts, n, nbins, num_rows, ranks);
-  return cudaGetLastError();
+  return cudaPeekAtLastError();
 }
 
 }  // namespace lynx

@@ -63,14 +63,16 @@ LYNX_HD std::int64_t vllm_block_capacity(std::int64_t slots, int num_experts, in
   return (vllm_sorted_capacity(slots, num_experts, block_size, pad_sorted_ids) + block_size - 1) / block_size;
 }
 
-/// Whether a layout can be written for rows * k slots over n experts: a block size >= 1 where
-/// the vLLM arrays are asked for, and every size within int32.
+/// Whether a layout can be written for rows * k slots over n experts: at most max_num_rows
+/// rows, a block size >= 1 where the vLLM arrays are asked for, and every size within int32
+/// with room to spare (the layout's loops step a block's threads past their end in int).
 LYNX_HD bool layout_fits(const sorted_layout_ref& layout, std::int64_t rows, int k, int n) {
+  constexpr std::int64_t most = INT32_MAX - (1 << 16);
   const std::int64_t slots = rows * k;
-  if (slots > INT32_MAX - 1) return false;
+  if (rows > max_num_rows || slots > most) return false;
   if (!layout.wants_vllm()) return true;
   return layout.block_size >= 1 && layout.block_size <= (1 << 20) &&
-         vllm_sorted_capacity(slots, n, layout.block_size, layout.pad_sorted_ids) <= INT32_MAX;
+         vllm_sorted_capacity(slots, n, layout.block_size, layout.pad_sorted_ids) <= most;
 }
 
 namespace detail {

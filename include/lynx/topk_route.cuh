@@ -15,8 +15,9 @@ namespace lynx {
 
 /// Plain top-k with the model's weighting (softmax -> top-k -> optional renormalize; sigmoid
 /// -> top-k), or the model's own router where p.router describes one (groups, a correction
-/// bias in device memory, a scaling factor: params.hpp). alpha, beta and the pinned rows are
-/// ignored. Same conventions as lynx::route,
+/// bias in device memory, a scaling factor: params.hpp). alpha, beta, the policy and the pinned
+/// rows are not used, but the parameters must pass lynx::check, so that one route_params serves
+/// both calls. Same conventions as lynx::route,
 /// workspace query included (null workspace: only the size, no data pointer looked at). One
 /// memset of a few words and one kernel launch. With a sorted_layout_ref that asks for any
 /// array, the last block to finish also writes the expert-sorted layout (as lynx::route does),
@@ -38,7 +39,7 @@ cudaError_t topk_route(void* workspace, std::size_t& workspace_bytes, const batc
     return layout.wanted() ? detail::launch_sorted_layout(detail::any_batch::of(batch), false, p.top_k,
                                                           p.num_experts, layout, stream)
                            : cudaSuccess;
-  if (const status s = check_pointers({batch.logits, batch.ids, batch.weights}); s != status::success)
+  if (const status s = check_pointers(batch.valid, {batch.logits, batch.ids, batch.weights}); s != status::success)
     return detail::to_cuda_error(s);
   if (const cudaError_t e = cudaMemsetAsync(ws.state, 0, (detail::set_words + 1) * sizeof(std::uint32_t), stream);
       e != cudaSuccess)
@@ -49,7 +50,7 @@ cudaError_t topk_route(void* workspace, std::size_t& workspace_bytes, const batc
         <<<detail::warp_row_blocks(batch.num_rows), detail::warp_block_threads,
            layout.wanted() ? detail::topk_layout_bytes<MaxN> : 0, stream>>>(detail::any_batch::of(batch), p, ws,
                                                                             layout);
-    return cudaGetLastError();
+    return cudaPeekAtLastError();
   });
 }
 

@@ -309,4 +309,46 @@ TEST(EdgeCases, PointerTokenCountRoutesAsTheKernelsDo) {
     }
 }
 
+TEST(EdgeCases, NullTokenCountPointerIsRejected) {
+  // A count given by a null pointer is a missing count, not B = 0 (it read as 0: success, and
+  // the device launchers then wrote nothing). With rows: null_pointer, nothing written.
+  const int n = 16, k = 2, rows = 3;
+  const auto L = lynx_test::random_logits(rows, n, 5);
+  const lynx::token_count no_count(static_cast<const int*>(nullptr));
+  for (const lynx::policy kind : {lynx::policy::lynx, lynx::policy::piggyback, lynx::policy::budget}) {
+    auto p = lynx::default_params(n, k);
+    p.kind = kind;
+    p.keep_k = 1;
+    std::vector<int> ids(rows * k, -7);
+    std::vector<float> w(rows * k, -7.0f);
+    const lynx::batch_ref<float, int> b{L.data(), n, rows, no_count, ids.data(), w.data()};
+    EXPECT_EQ(lynx::host::route(b, p), lynx::status::null_pointer);
+    EXPECT_EQ(lynx::host::topk_route(b, p), lynx::status::null_pointer);
+    if (kind != lynx::policy::lynx) {
+      EXPECT_EQ(lynx::host::remap_topk(b, nullptr, nullptr, p), lynx::status::null_pointer);
+    }
+    EXPECT_TRUE(std::all_of(ids.begin(), ids.end(), [](int x) { return x == -7; }));
+    EXPECT_TRUE(std::all_of(w.begin(), w.end(), [](float x) { return x == -7.0f; }));
+    const lynx::batch_ref<float, int> none{L.data(), n, 0, no_count, ids.data(), w.data()};
+    EXPECT_EQ(lynx::host::route(none, p), lynx::status::success);  // no rows: nothing to count
+  }
+}
+
+TEST(EdgeCases, ScoringOutOfRangeIsRejected) {
+  // An enum value past sigmoid took the softmax path on the host and a zero mass on the device.
+  const int n = 16, k = 2, rows = 3;
+  const auto L = lynx_test::random_logits(rows, n, 5);
+  for (const int score : {2, -1, 255}) {
+    auto p = lynx::default_params(n, k);
+    p.score = static_cast<lynx::scoring>(score);
+    EXPECT_EQ(lynx::check(p), lynx::status::invalid_scoring);
+    std::vector<int> ids(rows * k, -7);
+    std::vector<float> w(rows * k, -7.0f);
+    EXPECT_EQ(lynx::host::topk_route(L.data(), n, rows, rows, p, ids.data(), w.data()), lynx::status::invalid_scoring);
+    EXPECT_EQ(lynx::host::route(L.data(), n, rows, rows, p, ids.data(), w.data()), lynx::status::invalid_scoring);
+    EXPECT_TRUE(std::all_of(ids.begin(), ids.end(), [](int x) { return x == -7; }));
+    EXPECT_STRNE(lynx::status_string(lynx::status::invalid_scoring), "unknown status");
+  }
+}
+
 }  // namespace

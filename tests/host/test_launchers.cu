@@ -127,6 +127,7 @@ std::vector<bad_case> bad_cases() {
       {"beta > max", params(n, 2, 1.0f, lynx::max_bin_depth + 1), n, 4, 4},
       {"stride < N", params(n, 2), n - 1, 4, 4},
       {"rows < 0", params(n, 2), n, -1, 0},
+      {"rows > max_num_rows", params(n, 2), n, lynx::max_num_rows + 1, lynx::max_num_rows + 1},
       {"valid > rows", params(n, 2), n, 4, 5},
       {"valid < 0", params(n, 2), n, 4, -1},
   };
@@ -145,6 +146,11 @@ std::vector<bad_case> bad_cases() {
   cases.push_back({"budget below k", budget, n, 4, 4});
   budget.budget_mass = 0.9f;
   cases.push_back({"two budget limits", budget, n, 4, 4});
+  for (const int score : {2, -1}) {  // an enum value out of range: the host and device would differ
+    auto bad_score = params(n, 2);
+    bad_score.score = static_cast<lynx::scoring>(score);
+    cases.push_back({"score out of range", bad_score, n, 4, 4});
+  }
   return cases;
 }
 
@@ -219,6 +225,105 @@ TEST(Launchers, NullDataPointersAreRejectedWhenThereAreRows) {
   static const int fake_count = 0;
   EXPECT_EQ(lynx::route(ws.data(), bytes, no_logits, n, rows, &fake_count, p, ids.data(), weights.data()),
             cudaErrorInvalidValue);
+}
+
+TEST(Launchers, NullTokenCountPointerIsRejectedWhenThereAreRows) {
+  // A count given by a null pointer is not B = 0: an engine whose count buffer was never set
+  // would keep stale ids in every replay. Rejected in any call with rows, before any write;
+  // a size query (no data pointer looked at) and a call without rows take it.
+  const int n = 16, k = 2, rows = 4;
+  std::vector<float> logits(rows * n, 0.5f), weights(rows * k, 42.0f);
+  std::vector<int> ids(rows * k, 42);
+  std::vector<std::int8_t> bins(rows * n, 7);
+  std::vector<std::int32_t> ranks(n);
+  std::vector<char> ws(1 << 20, 'x');
+  std::int32_t word = 42;
+  lynx::sorted_layout_ref layout;
+  layout.num_active = &word;
+  const lynx::token_count no_count(static_cast<const int*>(nullptr));
+  EXPECT_TRUE(no_count.by_pointer);
+  for (const auto kind : all_policies) {
+    const auto p = policy_params(n, k, kind);
+    EXPECT_EQ(lynx::check(p, rows, n, no_count), lynx::status::success) << "the shapes alone are fine";
+    EXPECT_EQ(lynx::check(p, rows, n, no_count, {logits.data()}), lynx::status::null_pointer);
+    std::size_t bytes = 0;
+    ASSERT_EQ((lynx::route<float, int>(nullptr, bytes, nullptr, n, rows, no_count, p, nullptr, nullptr)), cudaSuccess);
+    ASSERT_LE(bytes, ws.size());
+    const lynx::batch_ref<float, int> b{logits.data(), n, rows, no_count, ids.data(), weights.data()};
+    EXPECT_EQ(lynx::route(ws.data(), bytes, b, p), cudaErrorInvalidValue);
+    EXPECT_EQ(lynx::route(ws.data(), bytes, b, p, layout), cudaErrorInvalidValue);
+    bytes = ws.size();
+    EXPECT_EQ(lynx::topk_route(ws.data(), bytes, b, p), cudaErrorInvalidValue);
+    EXPECT_EQ(lynx::topk_route(ws.data(), bytes, b, p, layout), cudaErrorInvalidValue);
+    EXPECT_EQ(lynx::remap_topk(ws.data(), bytes, b, bins.data(), ranks.data(), p), cudaErrorInvalidValue);
+    EXPECT_EQ(lynx::affinity_bin(logits.data(), n, rows, no_count, p, bins.data()), cudaErrorInvalidValue);
+    // Without rows there is nothing to read: success, nothing launched.
+    const lynx::batch_ref<float, int> none{logits.data(), n, 0, no_count, ids.data(), weights.data()};
+    EXPECT_EQ(lynx::route(ws.data(), bytes, none, p), cudaSuccess);
+    EXPECT_EQ(lynx::topk_route(ws.data(), bytes, none, p), cudaSuccess);
+  }
+  for (const int x : ids) EXPECT_EQ(x, 42);
+  for (const float x : weights) EXPECT_EQ(x, 42.0f);
+  for (const std::int8_t x : bins) EXPECT_EQ(x, 7);
+  EXPECT_EQ(word, 42);
+  EXPECT_EQ(std::count(ws.begin(), ws.end(), 'x'), static_cast<std::ptrdiff_t>(ws.size()));
+}
+
+TEST(Launchers, WorkspaceQueriedForMoreRowsHoldsFewer) {
+  // The README queries at max_tokens and calls with T <= max_tokens: every launcher's size
+  // grows with the rows. (route's grid state was reserved only up to fused_max_rows rows, so a
+  // query at 513 rows was 1 KB to 66 KB smaller than a call at 512 needs.)
+  std::vector<lynx::route_params> cases;
+  for (const auto& pr : lynx::presets)
+    for (const auto kind : all_policies) {
+      auto p = lynx::params_from(pr, false);
+      p.kind = kind;
+      p.keep_k = 1;
+      if (kind == lynx::policy::budget) p.budget_mass = 0.94f;
+      cases.push_back(p);
+    }
+  for (const int n : {8, 160, 512, 1024})
+    for (const int beta : {0, 2})
+      for (const auto kind : all_policies) {
+        auto p = policy_params(n, std::min(8, n), kind);
+        p.beta = beta;
+        cases.push_back(p);
+      }
+  const auto route_bytes = [](const lynx::route_params& p, int rows) {
+    std::size_t b = 0;
+    EXPECT_EQ((lynx::route<float, int>(nullptr, b, nullptr, p.num_experts, rows, rows, p, nullptr, nullptr)),
+              cudaSuccess);
+    return b;
+  };
+  for (const auto& p : cases) {
+    ASSERT_EQ(lynx::check(p), lynx::status::success);
+    std::size_t route_last = 0, topk_last = 0, remap_last = 0;
+    for (int rows = 0; rows <= 1100; ++rows) {
+      const int n = p.num_experts;
+      std::size_t topk = 0, remap = 0;
+      const std::size_t route = route_bytes(p, rows);
+      ASSERT_EQ((lynx::topk_route<float, int>(nullptr, topk, nullptr, n, rows, rows, p, nullptr, nullptr)),
+                cudaSuccess);
+      ASSERT_EQ((lynx::remap_topk<float, int>(nullptr, remap, nullptr, n, rows, rows, nullptr, nullptr, p, nullptr,
+                                              nullptr)),
+                cudaSuccess);
+      ASSERT_GE(route, route_last) << "N " << n << " k " << p.top_k << " policy " << static_cast<int>(p.kind)
+                                   << " beta " << p.beta << " rows " << rows;
+      ASSERT_GE(topk, topk_last) << rows;
+      ASSERT_GE(remap, remap_last) << rows;
+      route_last = route, topk_last = topk, remap_last = remap;
+    }
+    // The README's case as the launcher checks it: the carve of a smaller call fits the larger
+    // query at any alignment.
+    const std::size_t query = route_bytes(p, 513);
+    std::vector<char> buffer(query);
+    for (const int rows : {512, 100, 1})
+      for (const std::size_t offset : {0, 1, 255}) {
+        d::workspace_carver c(buffer.data() + offset);
+        d::route_workspace(c, rows, p);
+        EXPECT_TRUE(c.fits(query - offset)) << "rows " << rows << " offset " << offset;
+      }
+  }
 }
 
 TEST(Launchers, TooSmallWorkspaceIsRejected) {
@@ -430,10 +535,11 @@ TEST(Launchers, WorkspaceRegionsAreAlignedDisjointAndLargeEnough) {
             regions.push_back(of(ws.remap.top, rk));
             regions.push_back(of(ws.remap.kth, rows));
           }
-          // The grid path's state: where a call of that shape and policy may take it (any router: the
-          // workspace does not depend on it), and only there.
-          const bool grid = d::grid_route_shape(p, rows);
-          EXPECT_EQ(grid, !budget && rows <= d::fused_max_rows && n <= d::fused_max_experts);
+          // The grid path's state: where the policy and tier allow it at some row count (any router
+          // and any rows: the workspace depends on neither, so a larger query holds a smaller
+          // call), and only there.
+          const bool grid = d::grid_route_tier(p);
+          EXPECT_EQ(grid, !budget && n <= d::fused_max_experts);
           EXPECT_EQ(ws.grid.words != nullptr, grid);
           if (grid) {
             const std::size_t words = d::grid_state::size_words(n, lynx_policy ? d::bin_depth(p.beta) + 1 : 0);

@@ -29,6 +29,10 @@ inline constexpr int max_top_k = 32;
 /// Largest routed scaling factor a model router accepts: a weight is at most k times it (a
 /// sigmoid top-k mass without renormalize), so every weight stays finite (2^100 x 32 < FLT_MAX).
 inline constexpr float max_router_scaling = 0x1p100f;
+/// Largest row count (num_rows) any entry point accepts: far beyond a decode or prefill batch,
+/// and small enough that every row, slot and grid-size sum of the kernels stays within int32
+/// (num_rows * top_k <= 2^29).
+inline constexpr int max_num_rows = 1 << 24;
 /// Deepest bin when beta = 0 ("no clamp"): SPEC §2 allows a documented saturation depth >= 15.
 inline constexpr int max_bin_depth = 31;
 /// Number of histogram digits kept per expert at most (bins 0 .. -max_bin_depth).

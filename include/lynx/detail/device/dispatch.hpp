@@ -89,12 +89,18 @@ inline int warp_row_blocks(int num_rows) {
   return (num_rows + rows_per_block - 1) / rows_per_block;
 }
 
-/// Whether a call's shape and policy allow the grid path: decode sizes and the policies whose
-/// set needs no serial greedy (the budget policy stays on the fused path). Its workspace is
-/// reserved by this, whatever the router, so that it does not depend on the router.
-inline bool grid_route_shape(const route_params& p, int num_rows) {
-  return (p.kind == policy::lynx || p.kind == policy::piggyback) && num_rows <= fused_max_rows &&
+/// Whether the policy and the expert tier allow the grid path: the policies whose set needs no
+/// serial greedy (the budget policy stays on the fused path), at the fused tiers. Its workspace
+/// is reserved by this, whatever the router and the row count, so that a size queried for a
+/// batch also holds any smaller one (the README's query at max_tokens).
+inline bool grid_route_tier(const route_params& p) {
+  return (p.kind == policy::lynx || p.kind == policy::piggyback) &&
          tiers[choose_tier(p.num_experts, p.top_k)].max_n <= fused_max_experts;
+}
+
+/// Whether a call's shape and policy allow the grid path: the tier, at decode sizes.
+inline bool grid_route_shape(const route_params& p, int num_rows) {
+  return grid_route_tier(p) && num_rows <= fused_max_rows;
 }
 
 /// When lynx::route takes the grid path. LYNX_GRID_ROUTE, defined before including Lynx: 0,
@@ -117,7 +123,7 @@ inline bool grid_route_policy(const route_params& p, int num_rows) {
 /// The rows that decide lynx::route's own choice of decode path: B where the host knows it (the
 /// fused block gives the padding rows past B no work but their pad ids), else all of them.
 inline int decode_rows(int num_rows, const token_count& valid) {
-  return valid.device_ptr ? num_rows : valid.rows(num_rows);
+  return valid.by_pointer ? num_rows : valid.rows(num_rows);
 }
 
 /// Whether lynx::route's own choice (decode_choice::automatic) tries the grid path: the policy

@@ -148,7 +148,7 @@ cudaError_t launch_sorted_layout(const IdT* ids, int num_rows, int k, int n, con
                                  cudaStream_t stream) {
   const auto go = [&](auto max_n) {
     sorted_layout_kernel<decltype(max_n)::value, IdT><<<1, layout_threads, 0, stream>>>(ids, num_rows, k, n, out);
-    return cudaGetLastError();
+    return cudaPeekAtLastError();
   };
   if (n <= 128) return go(std::integral_constant<int, 128>{});
   if (n <= 256) return go(std::integral_constant<int, 256>{});

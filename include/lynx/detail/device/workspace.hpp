@@ -99,7 +99,8 @@ struct grid_state {
 };
 
 /// route's scratch: the stage outputs of the per-stage path (lynx policy), then remap_topk's
-/// scratch, then the grid path's state (where the call's shape allows it: grid_route_shape). The
+/// scratch, then the grid path's state (where the policy and tier allow it at any row count:
+/// grid_route_tier, so that the size grows with the rows). The
 /// fused path uses the plain keys and the budget scratch.
 struct route_workspace {
   std::int8_t* bins;     // num_rows * n
@@ -116,9 +117,9 @@ struct route_workspace {
   /// What lynx::route carves for a call with p.
   route_workspace(workspace_carver& c, int num_rows, const route_params& p)
       : route_workspace(c, num_rows, p.num_experts, p.top_k, p.kind == policy::lynx, p.kind == policy::budget,
-                        grid_words(p, num_rows)) {}
-  static std::size_t grid_words(const route_params& p, int num_rows) {
-    return grid_route_shape(p, num_rows) ? grid_state::size_words(p.num_experts, grid_bins(p)) : 0;
+                        grid_words(p)) {}
+  static std::size_t grid_words(const route_params& p) {
+    return grid_route_tier(p) ? grid_state::size_words(p.num_experts, grid_bins(p)) : 0;
   }
   /// The histogram digits the grid path counts (none for the piggyback policy).
   static int grid_bins(const route_params& p) { return p.kind == policy::lynx ? bin_depth(p.beta) + 1 : 0; }

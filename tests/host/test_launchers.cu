@@ -225,6 +225,13 @@ TEST(Launchers, NullDataPointersAreRejectedWhenThereAreRows) {
   static const int fake_count = 0;
   EXPECT_EQ(lynx::route(ws.data(), bytes, no_logits, n, rows, &fake_count, p, ids.data(), weights.data()),
             cudaErrorInvalidValue);
+  EXPECT_EQ(lynx::topk_route(ws.data(), bytes, no_logits, n, rows, &fake_count, p, ids.data(), weights.data()),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(lynx::topk_route(ws.data(), bytes, L, n, rows, &fake_count, p, ids.data(), no_w), cudaErrorInvalidValue);
+  EXPECT_EQ(lynx::remap_topk(ws.data(), bytes, L, n, rows, &fake_count, no_bins, ranks.data(), p, ids.data(),
+                             weights.data()),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(lynx::affinity_bin(no_logits, n, rows, &fake_count, p, bins.data()), cudaErrorInvalidValue);
 }
 
 TEST(Launchers, NullTokenCountPointerIsRejectedWhenThereAreRows) {

@@ -1,11 +1,13 @@
 // Device time of each stage, the composed step and topk_route at real model shapes, for T in
 // {1, 4, 16, 32, 64, 256} and bf16/fp32 logits, timed as device_timing.hpp says (CUDA graph of
 // back-to-back launches, CUDA events). bench_device_functions.cu adds the device functions in
-// isolation to the same binary.
+// isolation to the same binary. Every launcher that writes ids and weights is checked against
+// the host path after its timing.
 #include <benchmark/benchmark.h>
 
 #include <cuda_bf16.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -73,6 +75,21 @@ void run_launcher(benchmark::State& state, lynx_bench::model_shape m, op which) 
       case op::topk_route: return lynx::topk_route(ws.p, bytes, L, n, rows, rows, p, ids.as<int>(), weights.as<float>(), s);
     }
     return cudaErrorInvalidValue;
+  }, [&]() -> const char* {
+    if (which == op::affinity_bin || which == op::score_experts) return nullptr;  // no ids (the device tests check them)
+    // remap_topk from the device stages' bins and ranks is route's result (bitwise the host's).
+    const std::size_t slots = static_cast<std::size_t>(rows) * p.top_k;
+    std::vector<int> got(slots), want(slots);
+    std::vector<float> got_w(slots), want_w(slots);
+    cudaMemcpy(got.data(), ids.p, slots * sizeof(int), cudaMemcpyDeviceToHost);
+    cudaMemcpy(got_w.data(), weights.p, slots * sizeof(float), cudaMemcpyDeviceToHost);
+    const lynx::batch_ref<T, int> hb{host.data(), n, rows, rows, want.data(), want_w.data()};
+    if ((which == op::topk_route ? lynx::host::topk_route(hb, p) : lynx::host::route(hb, p)) != lynx::status::success)
+      return "host path failed";
+    if (got != want) return "ids differ from the host path's";
+    for (std::size_t i = 0; i < slots; ++i)
+      if (!(std::fabs(got_w[i] - want_w[i]) <= 2e-6f)) return "weights differ from the host path's";
+    return nullptr;
   });
 }
 

@@ -25,8 +25,11 @@ struct device_buffer {
   T* as() const { return static_cast<T*>(p); }
 };
 
-// Times `op(stream)` (which must be graph-capturable) per launch.
-inline void time_graph(benchmark::State& state, const std::function<cudaError_t(cudaStream_t)>& op) {
+// Times `op(stream)` (which must be graph-capturable) per launch. `verify`, where given, runs
+// once after the timing and returns null when the last call's results are right (against the
+// host path), else why not: a kernel that routes wrongly must not report a time.
+inline void time_graph(benchmark::State& state, const std::function<cudaError_t(cudaStream_t)>& op,
+                       const std::function<const char*()>& verify = {}) {
   cudaStream_t stream;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   if (op(stream) != cudaSuccess || cudaStreamSynchronize(stream) != cudaSuccess) {  // warm-up, checks
@@ -55,13 +58,18 @@ inline void time_graph(benchmark::State& state, const std::function<cudaError_t(
   // --benchmark_min_time counts device time, not a twentieth of it.
   while (state.KeepRunningBatch(reps)) {
     cudaEventRecord(start, stream);
-    cudaGraphLaunch(exec, stream);
+    const cudaError_t launched = cudaGraphLaunch(exec, stream);
     cudaEventRecord(stop, stream);
-    cudaEventSynchronize(stop);
     float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
+    if (launched != cudaSuccess || cudaEventSynchronize(stop) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
+      state.SkipWithError("graph replay failed");  // not a time of 0
+      break;
+    }
     state.SetIterationTime(ms / 1e3);
   }
+  if (!state.error_occurred() && verify)
+    if (const char* why = verify()) state.SkipWithError(why);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   cudaGraphExecDestroy(exec);

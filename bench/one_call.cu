@@ -1,8 +1,9 @@
 // lynx_one_call: exactly one routing call on the device, at a model shape, and nothing else on
 // the GPU (no thrust, no warm-up): what a cycle-level simulator's total cycle count should
 // measure. Logits come from the built-in generator (its last layer) at the shape's N; the call's
-// ids are checked against the host path. On a GPU it also prints the CUDA-event time of the one
-// call (cold: launch overhead included; lynx_bench_device is the benchmark).
+// ids and weights (within 2e-6) are checked against the host path. On a GPU it also prints the
+// CUDA-event time of the one call (cold: launch overhead included; lynx_bench_device is the
+// benchmark).
 //
 //   lynx_one_call ENTRY N K T [lynx|budget [MODEL]]
 //                                              ENTRY: route | topk_route | route_sorted |
@@ -19,6 +20,7 @@
 //                                              its own (the N K given are ignored)
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -127,17 +129,19 @@ int main(int argc, char** argv) {
   std::vector<int> got(static_cast<std::size_t>(rows) * k), want(got.size());
   std::vector<float> got_w(got.size()), want_w(got.size());
   cudaMemcpy(got.data(), ids, sizeof(int) * got.size(), cudaMemcpyDeviceToHost);
+  cudaMemcpy(got_w.data(), weights, sizeof(float) * got_w.size(), cudaMemcpyDeviceToHost);
   if (model && model->biased) p.router.bias = bias.data();  // the host path reads host memory
   const lynx::batch_ref<float, int> host_batch{host_logits, n, rows, rows, want.data(), want_w.data()};
   const lynx::status s = topk ? lynx::host::topk_route(host_batch, p, host_layout)
                               : lynx::host::route(host_batch, p, host_layout);
   bool same = s == lynx::status::success && got == want;
+  for (std::size_t i = 0; i < got_w.size(); ++i) same = same && std::fabs(got_w[i] - want_w[i]) <= 2e-6f;
   if (sorted) {
     std::vector<int> got_arrays(total);
     cudaMemcpy(got_arrays.data(), arrays, sizeof(int) * total, cudaMemcpyDeviceToHost);
     same = same && got_arrays == host_arrays;
   }
-  std::printf("%s N=%d k=%d T=%d policy=%s%s%s: ids%s %s the host path's; one call %.1f us (event)\n", argv[1], n, k,
+  std::printf("%s N=%d k=%d T=%d policy=%s%s%s: ids, weights%s %s the host path's; one call %.1f us (event)\n", argv[1], n, k,
               rows, topk ? "-" : (p.kind == lynx::policy::lynx ? "lynx" : "budget"), model ? " router=" : "",
               model ? argv[6] : "", sorted ? " and layout" : "",
               same ? "equal" : "DIFFER from",

@@ -79,6 +79,9 @@ LYNX_HD float load_logit(const T* row, int e) {
   return sanitize(to_float(row[e]));
 }
 
+/// ln FLT_MAX: above it exp_f32 is inf (and below its negation sigmoid is exp(x)).
+inline constexpr float exp_f32_max_arg = 88.72283f;
+
 /// exp for the weights, bitwise the same on host and device: Cody-Waite reduction and the
 /// Cephes expf polynomial, written with explicit fma and scaled by exponent arithmetic, so no
 /// compiler can contract it differently on either side (nvcc --fmad, gcc -ffp-contract).
@@ -86,9 +89,6 @@ LYNX_HD float load_logit(const T* row, int e) {
 /// subnormal of that value (so ratios of weights down to 2^-149 survive, SPEC §3.3 step 4), and
 /// 0 below 2^-150. Out-of-range inputs are clamped and their results selected at the end, with
 /// no branch, so a loop of exps vectorizes.
-/// ln FLT_MAX: above it exp_f32 is inf (and below its negation sigmoid is exp(x)).
-inline constexpr float exp_f32_max_arg = 88.72283f;
-
 LYNX_HD float exp_f32(float x) {
   constexpr float lo = -103.972077f, hi = exp_f32_max_arg;  // ln 2^-150, ln FLT_MAX
   float xc = select_f32(x > lo, x, lo);  // also -inf and NaN (NaN never reaches here)

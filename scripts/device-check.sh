@@ -54,14 +54,14 @@ arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -
 : >"$out/summary.txt"
 
 b=${LYNX_PREBUILT:-build-device}
+programs=(tests/lynx_device_tests tests/lynx_host_tests bench/lynx_bench_device bench/lynx_bench_host
+  bench/lynx_one_call examples/lynx_replay examples/moe_decode_layer)
 if [ -z "${LYNX_PREBUILT:-}" ]; then
   step configure 120 cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${arch:-90}-real" \
     -DCMAKE_CUDA_FLAGS=-lineinfo
-  step build 480 cmake --build "$b" -j"$(nproc)" --target lynx_device_tests lynx_host_tests lynx_bench_device \
-    lynx_bench_host lynx_one_call lynx_replay moe_decode_layer
+  step build 480 cmake --build "$b" -j"$(nproc)" --target "${programs[@]##*/}"
 fi
-for f in tests/lynx_device_tests tests/lynx_host_tests bench/lynx_bench_device bench/lynx_bench_host \
-  bench/lynx_one_call examples/lynx_replay examples/moe_decode_layer; do
+for f in "${programs[@]}"; do
   [ -x "$b/$f" ] || { note "missing: $b/$f"; status=1; }
 done
 

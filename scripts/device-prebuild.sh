@@ -16,13 +16,12 @@ b=${1:-build-device}
 arch=${2:-90}
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/cuda/bin:$PATH"
-targets=(lynx_device_tests lynx_host_tests lynx_bench_device lynx_bench_host lynx_one_call lynx_replay
-  moe_decode_layer)
+programs=(tests/lynx_device_tests tests/lynx_host_tests bench/lynx_bench_device bench/lynx_bench_host
+  bench/lynx_one_call examples/lynx_replay examples/moe_decode_layer)  # as device-check.sh runs them
 cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch-real" \
   -DCMAKE_CUDA_FLAGS=-lineinfo >/dev/null
-cmake --build "$b" -j"$(nproc)" --target "${targets[@]}"
-files=("$b"/tests/lynx_device_tests "$b"/tests/lynx_host_tests "$b"/bench/lynx_bench_device
-  "$b"/bench/lynx_bench_host "$b"/bench/lynx_one_call "$b"/examples/lynx_replay "$b"/examples/moe_decode_layer)
+cmake --build "$b" -j"$(nproc)" --target "${programs[@]##*/}"
+files=("${programs[@]/#/$b/}")
 printf '%s\n' "${files[@]}"
 total=$(du -cb "${files[@]}" | tail -1 | cut -f1)
 echo "total: $((total / 1048576)) MiB of the carry's 64"

@@ -10,6 +10,7 @@
 #include <thrust/host_vector.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <utility>
 #include <cstring>
@@ -587,26 +588,36 @@ TEST(Device, WeightsAreBitwiseEqualToHost) {
   // Stronger than SPEC's 2e-6: exp_f32 and the weight sums are fixed IEEE operation sequences.
   SKIP_WITHOUT_DEVICE();
   // With sigmoid scores, rows 0-7 lie below -88.7, where a sigmoid is exp(x) (a subnormal
-  // weight without renormalize: detail::sigmoid), on both sides.
+  // weight without renormalize: detail::sigmoid), on both sides, and rows 8-11 below -150.
+  // Without renormalize their masses take detail::tiny_mass_logit's form, which a router's
+  // scaling of 2^100 brings back to normal weights.
   const int n = 128, k = 8, rows = 64;
-  for (const auto [score, renorm] : {std::pair{lynx::scoring::softmax, true}, std::pair{lynx::scoring::softmax, false},
-                                     std::pair{lynx::scoring::sigmoid, true}, std::pair{lynx::scoring::sigmoid, false}}) {
-    const auto p = params(n, k, 3.0f, 2, score, renorm);
+  struct weighting {
+    lynx::scoring score;
+    bool renorm;
+    float scaling;
+  };
+  for (const auto [score, renorm, scaling] :
+       {weighting{lynx::scoring::softmax, true, 1.0f}, weighting{lynx::scoring::softmax, false, 1.0f},
+        weighting{lynx::scoring::sigmoid, true, 1.0f}, weighting{lynx::scoring::sigmoid, false, 1.0f},
+        weighting{lynx::scoring::sigmoid, false, lynx::max_router_scaling}, weighting{lynx::scoring::sigmoid, false, 2.5f}}) {
+    auto p = params(n, k, 3.0f, 2, score, renorm);
+    p.router.scaling = scaling;
     auto L = lynx_test::random_logits(rows, n, 17, 2.0f);
     if (score == lynx::scoring::sigmoid)
-      for (int i = 0; i < 8 * n; ++i) L[i] -= 95.0f;
+      for (int i = 0; i < 12 * n; ++i) L[i] -= i < 8 * n ? 95.0f : 155.0f;
     std::vector<int> ids(rows * k);
     std::vector<float> w(rows * k);
-    lynx::host::route(L.data(), n, rows, rows, p, ids.data(), w.data());
-    if (score == lynx::scoring::sigmoid)
-      for (int i = 0; i < 8 * k; ++i) ASSERT_GT(w[i], 0.0f) << i;  // subnormal without renormalize
+    ASSERT_EQ(lynx::host::route(L.data(), n, rows, rows, p, ids.data(), w.data()), lynx::status::success);
+    if (score == lynx::scoring::sigmoid)  // subnormal without renormalize, normal with the scaling
+      for (int i = 0; i < 8 * k; ++i) ASSERT_GT(w[i], scaling == lynx::max_router_scaling ? FLT_MIN : 0.0f) << i;
     std::vector<int> got_ids;
     std::vector<float> got;
     ASSERT_NO_FATAL_FAILURE(device_route(L, rows, rows, p, got_ids, got));
     EXPECT_EQ(got_ids, ids);
     ASSERT_EQ(got.size(), w.size());
     EXPECT_EQ(0, std::memcmp(got.data(), w.data(), w.size() * sizeof(float)))
-        << "scoring " << static_cast<int>(score) << " renormalize " << renorm;
+        << "scoring " << static_cast<int>(score) << " renormalize " << renorm << " scaling " << scaling;
   }
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -145,6 +146,53 @@ TEST(EdgeCases, SigmoidMassWithoutRenormalizeKeepsTinySigmoids) {
     ASSERT_EQ(d::sigmoid(v), d::exp_f32(v)) << v;
     ASSERT_GT(d::sigmoid(v), 0.0f) << v;
   }
+}
+
+TEST(EdgeCases, TinySigmoidMassSurvivesARoutersScaling) {
+  // Sigmoid without renormalize, every logit below -80: the original top-k mass S[t] lies far
+  // below FLT_MIN, but S[t] times a scaling of up to 2^100 is a normal float. The fp32 mass
+  // lost it (scaling 2^100, one logit at -104: weight 0 where SPEC's is 8.6e-16). Each weight
+  // against lynx_test::ref_route's in double times the scaling, for route (remapping) and
+  // topk_route, at rows that remap and rows from -81 down to -190. Ids are compared as sets:
+  // weights that round to one float (0 included) go by ascending id, not by their exact order.
+  constexpr int n = 16, k = 4, rows = 8;
+  std::mt19937 gen(11);
+  int remapping_batches = 0;
+  for (const float scaling : {lynx::max_router_scaling, 0x1p60f, 2.5f, 1.0f})
+    for (const float top : {-81.0f, -104.0f, -140.0f, -175.0f}) {
+      std::uniform_real_distribution<float> below(0.0f, 15.0f);
+      std::vector<float> L(static_cast<std::size_t>(rows) * n);
+      for (float& x : L) x = top - below(gen);
+      auto p = params(n, k, 2.0f, 3, lynx::scoring::sigmoid, false);
+      p.router.scaling = scaling;
+      const auto ref = lynx_test::ref_route(L, rows, rows, {n, k, 2.0f, 3, true, false});
+      const routed got[2] = {route(L, rows, p), topk(L, rows, p)};
+      int remapped = 0, normal = 0;
+      for (int t = 0; t < rows; ++t) {
+        const auto slots = [&](const std::vector<int>& ids) {
+          return std::set<int>(ids.begin() + t * k, ids.begin() + (t + 1) * k);
+        };
+        ASSERT_EQ(slots(got[0].ids), slots(ref.ids)) << "scaling " << scaling << " top " << top << " row " << t;
+        for (int i = 0; i < k; ++i) {
+          const std::size_t at = static_cast<std::size_t>(t) * k + i;
+          remapped += slots(got[1].ids).count(got[0].ids[at]) == 0;
+          // route's exact weight is ref_route's for that id; topk_route's chosen set is the
+          // original top-k, whose weights are the sigmoids (e^l to double's precision here).
+          const std::size_t ref_at = std::find(ref.ids.begin() + t * k, ref.ids.end(), got[0].ids[at]) - ref.ids.begin();
+          const double want[2] = {ref.weights[ref_at] * scaling,
+                                  std::exp(static_cast<double>(L[static_cast<std::size_t>(t) * n + got[1].ids[at]])) * scaling};
+          for (int r = 0; r < 2; ++r) {
+            normal += want[r] >= FLT_MIN;
+            ASSERT_LE(std::fabs(got[r].w[at] - want[r]), 4e-6 * want[r] + std::ldexp(1.0, -149))
+                << "scaling " << scaling << " top " << top << (r ? " topk_route" : " route") << " row " << t
+                << " weight " << i << ": " << got[r].w[at] << " vs SPEC " << want[r];
+          }
+        }
+      }
+      remapping_batches += remapped > 0;
+      if (scaling == lynx::max_router_scaling && top > -150.0f) EXPECT_EQ(normal, 2 * rows * k) << top;
+    }
+  EXPECT_GE(remapping_batches, 8);  // of 16: route's weights are of remapped rows, not only topk_route's
 }
 
 /// The exact weights of chosen experts (SPEC §3.3 step 4, renormalize), in long double relative

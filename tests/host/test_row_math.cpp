@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <random>
 #include <vector>
@@ -35,6 +36,49 @@ TEST(RowMath, ExpRoundsIntoTheSubnormals) {
   EXPECT_EQ(lynx::detail::exp_f32(-104.0f), 0.0f);
   EXPECT_EQ(lynx::detail::exp_f32(-1000.0f), 0.0f);
   EXPECT_NEAR(lynx::detail::exp_f32(-100.0f), std::exp(-100.0), std::ldexp(1.0, -149));
+}
+
+TEST(RowMath, ExpUp124IsExpTimes2To124) {
+  // What a sigmoid mass far below FLT_MIN is summed with (detail::tiny_mass_logit): normal down
+  // to 2^-126 (x = ln 2^-250) with exp_f32's accuracy, then the nearest subnormal, 0 below
+  // 2^-150. Where exp_f32 is normal it is exp_f32 times 2^124 exactly (the same reduction).
+  namespace d = lynx::detail;
+  double worst = 0;
+  for (float x = -189.9f; x <= 0.0f; x += 0.0173f) {
+    const double want = std::ldexp(std::exp(static_cast<double>(x)), 124), got = d::exp_f32_up124(x);
+    ASSERT_GT(got, 0.0) << x;
+    ASSERT_LE(std::fabs(got - want), 2.4e-7 * want + std::ldexp(1.0, -150)) << x;
+    if (want >= std::ldexp(1.0, -126)) worst = std::max(worst, std::fabs(got - want) / want);
+    if (x >= -87.3f) ASSERT_EQ(got, std::ldexp(static_cast<double>(d::exp_f32(x)), 124)) << x;
+  }
+  EXPECT_LT(worst, 2.4e-7);
+  EXPECT_EQ(d::exp_f32_up124(0.0f), 0x1p124f);
+  EXPECT_EQ(d::exp_f32_up124(-190.0f), 0.0f);
+  EXPECT_EQ(d::exp_f32_up124(-INFINITY), 0.0f);
+}
+
+TEST(RowMath, TinyMassesKeepTheirDigits) {
+  // A sigmoid mass whose every term is below 2^-115 travels as -(mass * 2^124); times_mass
+  // undoes it in one rounding. Every other mass multiplies as it is, bitwise.
+  namespace d = lynx::detail;
+  const float row[4] = {-100.0f, -101.0f, -79.0f, -150.0f};
+  const std::uint64_t tiny_keys[2] = {d::logit_key(row[0], 0), d::logit_key(row[1], 1)};
+  const float tiny = d::topk_mass(row, 0.0f, tiny_keys, 2, lynx::scoring::sigmoid, 0.0f);
+  const double exact = std::exp(-100.0) + std::exp(-101.0);
+  ASSERT_LT(tiny, 0.0f);
+  EXPECT_NEAR(-tiny, std::ldexp(exact, 124), 5e-7 * std::ldexp(exact, 124));
+  // The weight of one chosen expert holding all of it, times a router scaling of 2^100
+  // (scaled_emit's product): a normal float, which the plain fp32 mass (subnormal, 37 ulps of
+  // 2^-149) could give only to about 1%.
+  const float w = d::times_mass(1.0f, tiny * 0x1p100f);
+  EXPECT_NEAR(w, std::ldexp(exact, 100), 5e-7 * std::ldexp(exact, 100));
+  EXPECT_EQ(d::times_mass(1.0f, tiny), static_cast<float>(exact));  // subnormal, rounded once
+  // One term at -79: the plain sum, bitwise.
+  const std::uint64_t plain_keys[2] = {d::logit_key(row[2], 2), d::logit_key(row[3], 3)};
+  EXPECT_EQ(d::topk_mass(row, 0.0f, plain_keys, 2, lynx::scoring::sigmoid, 0.0f),
+            d::sigmoid(row[2]) + d::sigmoid(row[3]));
+  EXPECT_EQ(d::times_mass(0.375f, 0.3f), 0.375f * 0.3f);
+  EXPECT_EQ(d::times_mass(0.375f, 0.0f), 0.0f);
 }
 
 TEST(RowMath, KeysOrderByValueThenLowerId) {

@@ -82,9 +82,33 @@ LYNX_HD float load_logit(const T* row, int e) {
 /// ln FLT_MAX: above it exp_f32 is inf (and below its negation sigmoid is exp(x)).
 inline constexpr float exp_f32_max_arg = 88.72283f;
 
-/// exp for the weights, bitwise the same on host and device: Cody-Waite reduction and the
-/// Cephes expf polynomial, written with explicit fma and scaled by exponent arithmetic, so no
-/// compiler can contract it differently on either side (nvcc --fmad, gcc -ffp-contract).
+/// exp's two halves, shared by exp_f32 and exp_f32_up124. exp_f32_mantissa: e^xc = y * 2^n for
+/// n = rint(xc / ln 2), by Cody-Waite reduction and the Cephes expf polynomial, written with
+/// explicit fma so no compiler can contract it differently on either side (nvcc --fmad, gcc
+/// -ffp-contract).
+LYNX_HD float exp_f32_mantissa(float xc, float n) {
+  float r = fma_f32(n, -0.693359375f, xc);
+  r = fma_f32(n, 2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = fma_f32(p, r, 1.3981999507e-3f);
+  p = fma_f32(p, r, 8.3334519073e-3f);
+  p = fma_f32(p, r, 4.1665795894e-2f);
+  p = fma_f32(p, r, 1.6666665459e-1f);
+  p = fma_f32(p, r, 5.0000001201e-1f);
+  return fma_f32(p, r * r, r) + 1.0f;
+}
+
+/// y * 2^e for e in [-150, 127]: exponent arithmetic while that stays normal; below 2^-125,
+/// y * 2^(e+64) (exact) times 2^-64, one rounding into the subnormals (an explicit fma, so
+/// nothing contracts it).
+LYNX_HD float exp_f32_scale(float y, int e) {
+  const bool tiny = e < -125;
+  const int shift = tiny ? e + 64 : e;
+  const float v = bits_float(float_bits(y) + (static_cast<std::uint32_t>(shift) << 23));
+  return fma_f32(v, select_f32(tiny, 5.42101086e-20f /* 2^-64 */, 1.0f), 0.0f);
+}
+
+/// exp for the weights, bitwise the same on host and device (no library expf).
 /// Relative error below 2.4e-7 down to FLT_MIN; below it the result is the correctly rounded
 /// subnormal of that value (so ratios of weights down to 2^-149 survive, SPEC §3.3 step 4), and
 /// 0 below 2^-150. Out-of-range inputs are clamped and their results selected at the end, with
@@ -94,23 +118,18 @@ LYNX_HD float exp_f32(float x) {
   float xc = select_f32(x > lo, x, lo);  // also -inf and NaN (NaN never reaches here)
   xc = select_f32(xc < hi, xc, hi);
   const float n = rintf(xc * 1.44269504088896341f);
-  float r = fma_f32(n, -0.693359375f, xc);
-  r = fma_f32(n, 2.12194440e-4f, r);
-  float p = 1.9875691500e-4f;
-  p = fma_f32(p, r, 1.3981999507e-3f);
-  p = fma_f32(p, r, 8.3334519073e-3f);
-  p = fma_f32(p, r, 4.1665795894e-2f);
-  p = fma_f32(p, r, 1.6666665459e-1f);
-  p = fma_f32(p, r, 5.0000001201e-1f);
-  const float y = fma_f32(p, r * r, r) + 1.0f;
-  // y * 2^n by exponent arithmetic while that stays normal; below 2^-125, y * 2^(n+64) (exact)
-  // times 2^-64, one rounding into the subnormals (an explicit fma, so nothing contracts it).
-  const int ni = static_cast<int>(n);
-  const bool tiny = ni < -125;
-  const int shift = tiny ? ni + 64 : ni;
-  const float v = bits_float(float_bits(y) + (static_cast<std::uint32_t>(shift) << 23));
-  const float scaled = fma_f32(v, select_f32(tiny, 5.42101086e-20f /* 2^-64 */, 1.0f), 0.0f);
+  const float scaled = exp_f32_scale(exp_f32_mantissa(xc, n), static_cast<int>(n));
   return select_f32(x > hi, INFINITY, select_f32(x > lo, scaled, 0.0f));
+}
+
+/// exp(x) * 2^124 for x <= 0, with exp_f32's error, and 0 below 2^-150 (x below ln 2^-274):
+/// what a sigmoid mass far below FLT_MIN is summed with (tiny_mass_logit).
+LYNX_HD float exp_f32_up124(float x) {
+  constexpr float lo = -189.922327f;  // ln 2^-274
+  const float xc = select_f32(x > lo, x, lo);
+  const float n = rintf(xc * 1.44269504088896341f);
+  const float scaled = exp_f32_scale(exp_f32_mantissa(xc, n), static_cast<int>(n) + 124);
+  return select_f32(x > lo, scaled, 0.0f);
 }
 
 /// 1 / (1 + exp(-x)); where exp(-x) overflows (x below -ln FLT_MAX), 1 + exp(x) rounds to 1,
@@ -237,16 +256,39 @@ LYNX_HD float row_exp_sum(const T* row, int n, float m) {
   return butterfly_sum(p);
 }
 
+/// Sigmoid masses far below FLT_MIN. Where every original top-k logit lies below -80 (every
+/// term below 2^-115), fp32 keeps few or none of the mass's digits, and a router's scaling (up
+/// to 2^100) cannot restore them; SPEC §3.3 step 4 allows no loss to underflow. Such a mass is
+/// summed as mass * 2^124 (sigmoid(x) is exp(x) to fp32's precision there) and travels as its
+/// negation, in the same float as every other mass (those are >= 0) through registers, shared
+/// and global memory; times_mass undoes it in the weights' last product. Rows above the
+/// threshold keep the plain sum, bitwise as before.
+inline constexpr float tiny_mass_logit = -80.0f;
+
+LYNX_HD float sigmoid_mass_term(float l, bool tiny) { return tiny ? exp_f32_up124(l) : sigmoid(l); }
+
+/// w times a mass, or times a mass already multiplied by a router's scaling (scaled_emit: the
+/// negation of a tiny mass carries through it). A tiny mass's product is normal; its exact
+/// scaling back by 2^-124 rounds a second time only where the weight lies below FLT_MIN.
+LYNX_HD float times_mass(float w, float mass) {
+  const bool tiny = mass < 0.0f;
+  const float f = w * select_f32(tiny, -mass, mass);
+  return select_f32(tiny, f * 4.70197740e-38f /* 2^-124 */, f);
+}
+
 /// The row's original top-k mass that "no renormalize" keeps (SPEC §3.3 step 4):
-/// softmax: sum of the top-k probabilities; sigmoid: sum of the top-k sigmoids. `total` is
-/// row_exp_sum (softmax only; a warp passes its butterfly result).
+/// softmax: sum of the top-k probabilities; sigmoid: sum of the top-k sigmoids, in the tiny
+/// form where every one of them is below 2^-115. `total` is row_exp_sum (softmax only; a warp
+/// passes its butterfly result).
 template <class T>
 LYNX_HD float topk_mass(const T* row, float m, const std::uint64_t* topk, int k, scoring s,
                         float total) {
   float top = 0.0f;
   if (s == scoring::sigmoid) {
-    for (int i = 0; i < k; ++i) top += sigmoid(load_logit(row, key_expert(topk[i])));
-    return top;
+    bool tiny = true;
+    for (int i = 0; i < k; ++i) tiny &= load_logit(row, key_expert(topk[i])) < tiny_mass_logit;
+    for (int i = 0; i < k; ++i) top += sigmoid_mass_term(load_logit(row, key_expert(topk[i])), tiny);
+    return tiny ? -top : top;
   }
   for (int i = 0; i < k; ++i) top += exp_f32(load_logit(row, key_expert(topk[i])) - m);
   return top / total;
@@ -296,7 +338,7 @@ LYNX_HD void chosen_weights(const T* row, const std::uint64_t* chosen, int k, sc
   }
   denom += lost;
   const float scale = renormalize ? 1.0f : mass;
-  for (int i = 0; i < k; ++i) w[i] = w[i] / denom * scale;  // denom >= exp(0) or 1/2
+  for (int i = 0; i < k; ++i) w[i] = times_mass(w[i] / denom, scale);  // denom >= exp(0) or 1/2
 }
 
 /// model_router's choice score of expert e from its sanitized logit x: sigmoid(x) + bias[e] with
@@ -364,8 +406,9 @@ LYNX_HD void by_logit(const T* row, const std::uint64_t* chosen, int k, std::uin
 }
 
 /// What emit_row's (renormalize, mass) become with a routed scaling factor: the weights' last
-/// factor is the scaling (renormalized) or the mass times it, in one rounding. Without one they
-/// are unchanged, so plain routers' weights stay bitwise what they were.
+/// factor is the scaling (renormalized) or the mass times it, in one rounding (a tiny mass,
+/// topk_mass, stays tiny: its negation carries through). Without one they are unchanged, so
+/// plain routers' weights stay bitwise what they were.
 struct emit_scale {
   bool renormalize;
   float mass;

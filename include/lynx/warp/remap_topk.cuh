@@ -106,7 +106,8 @@ __device__ __forceinline__ std::uint64_t warp_topk_in(const warp_row<MaxN>& row,
 
 /// The row's original top-k mass that "no renormalize" keeps (SPEC §3.3 step 4): softmax, the
 /// sum of its top-k probabilities (over the canonical butterfly total); sigmoid, of its top-k
-/// sigmoids. 1 with renormalize (unused then). The same value in every lane.
+/// sigmoids (in detail::topk_mass's tiny form where all lie below 2^-115). 1 with renormalize
+/// (unused then). The same value in every lane, bitwise detail::topk_mass's.
 template <int K, int MaxN>
 __device__ __forceinline__ float warp_row_mass(const warp_row<MaxN>& row, std::uint64_t plain, int k, scoring s,
                                                bool renormalize) {
@@ -120,14 +121,17 @@ __device__ __forceinline__ float warp_row_mass(const warp_row<MaxN>& row, std::u
     total = detail::warp_butterfly_sum(part);
   }
   const float l = plain ? key_logit(plain) : 0.0f;
-  const float term = s == scoring::sigmoid ? detail::sigmoid(l) : detail::exp_f32(l - row.max);
+  // detail::tiny_mass_logit: a sigmoid mass whose every term is below 2^-115 is kept scaled
+  const bool tiny = s == scoring::sigmoid &&
+                    __all_sync(detail::full_mask, detail::lane_id() >= k || l < detail::tiny_mass_logit);
+  const float term = s == scoring::sigmoid ? detail::sigmoid_mass_term(l, tiny) : detail::exp_f32(l - row.max);
   float top = 0.0f;
 #pragma unroll
   for (int r = 0; r < K; ++r) {
     const float v = __shfl_sync(detail::full_mask, term, r);
     if (r < k) top += v;
   }
-  return s == scoring::sigmoid ? top : top / total;
+  return s == scoring::sigmoid ? (tiny ? -top : top) : top / total;
 }
 
 /// SPEC §3.3 step 4 and its output order: writes the row's k ids (IdT) and fp32 weights, by
@@ -155,7 +159,7 @@ __device__ __forceinline__ void warp_emit(std::uint64_t chosen, int k, scoring s
     }
   }
   denom += lost;
-  w = w / denom * (renormalize ? 1.0f : mass);
+  w = detail::times_mass(w / denom, renormalize ? 1.0f : mass);
   const int id = slot ? detail::key_expert(chosen) : 0x7FFFFFFF;
   // Each slot's place: how many slots come before it (a larger weight, or an equal one and a
   // lower id). Slots usually are in that order already (one check against the next slot);

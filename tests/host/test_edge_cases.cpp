@@ -190,9 +190,22 @@ TEST(EdgeCases, TinySigmoidMassSurvivesARoutersScaling) {
         }
       }
       remapping_batches += remapped > 0;
-      if (scaling == lynx::max_router_scaling && top > -150.0f) EXPECT_EQ(normal, 2 * rows * k) << top;
+      if (scaling == lynx::max_router_scaling && top > -150.0f) {
+        EXPECT_EQ(normal, 2 * rows * k) << top;
+      }
     }
   EXPECT_GE(remapping_batches, 8);  // of 16: route's weights are of remapped rows, not only topk_route's
+  // Masses that vanish (every term below 2^-274, or a tiny scaling) give weights of +0, not -0.
+  for (const auto& [top, scaling] : {std::pair{-200.0f, 1.0f}, std::pair{-170.0f, 0x1p-100f}}) {
+    const std::vector<float> row = {top, top - 1, top - 2, top - 3};
+    auto p = params(4, 2, 1.0f, 1, lynx::scoring::sigmoid, false);
+    p.router.scaling = scaling;
+    for (const routed& r : {route(row, 1, p), topk(row, 1, p)}) {
+      for (const float w : r.w) {
+        EXPECT_FALSE(std::signbit(w)) << top << " " << w;
+      }
+    }
+  }
 }
 
 /// The exact weights of chosen experts (SPEC §3.3 step 4, renormalize), in long double relative

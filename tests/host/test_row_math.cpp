@@ -49,7 +49,9 @@ TEST(RowMath, ExpUp124IsExpTimes2To124) {
     ASSERT_GT(got, 0.0) << x;
     ASSERT_LE(std::fabs(got - want), 2.4e-7 * want + std::ldexp(1.0, -150)) << x;
     if (want >= std::ldexp(1.0, -126)) worst = std::max(worst, std::fabs(got - want) / want);
-    if (x >= -87.3f) ASSERT_EQ(got, std::ldexp(static_cast<double>(d::exp_f32(x)), 124)) << x;
+    if (x >= -87.3f) {
+      ASSERT_EQ(got, std::ldexp(static_cast<double>(d::exp_f32(x)), 124)) << x;
+    }
   }
   EXPECT_LT(worst, 2.4e-7);
   EXPECT_EQ(d::exp_f32_up124(0.0f), 0x1p124f);
@@ -79,6 +81,13 @@ TEST(RowMath, TinyMassesKeepTheirDigits) {
             d::sigmoid(row[2]) + d::sigmoid(row[3]));
   EXPECT_EQ(d::times_mass(0.375f, 0.3f), 0.375f * 0.3f);
   EXPECT_EQ(d::times_mass(0.375f, 0.0f), 0.0f);
+  // Every term below 2^-274: the tiny mass is -0, and its weights +0 (not -0).
+  const float deep[2] = {-200.0f, -201.0f};
+  const std::uint64_t deep_keys[2] = {d::logit_key(deep[0], 0), d::logit_key(deep[1], 1)};
+  const float zero = d::topk_mass(deep, 0.0f, deep_keys, 2, lynx::scoring::sigmoid, 0.0f);
+  EXPECT_EQ(d::float_bits(zero), 0x80000000u);
+  EXPECT_EQ(d::float_bits(d::times_mass(0.5f, zero)), 0u);
+  EXPECT_EQ(d::float_bits(d::times_mass(0.5f, tiny * 0x1p-100f * 0x1p-100f)), 0u);  // scaled to -0
 }
 
 TEST(RowMath, KeysOrderByValueThenLowerId) {

@@ -257,7 +257,7 @@ LYNX_HD float row_exp_sum(const T* row, int n, float m) {
 }
 
 /// Sigmoid masses far below FLT_MIN. Where every original top-k logit lies below -80 (every
-/// term below 2^-115), fp32 keeps few or none of the mass's digits, and a router's scaling (up
+/// term below e^-80, about 2^-115.4), fp32 keeps few or none of the mass's digits, and a router's scaling (up
 /// to 2^100) cannot restore them; SPEC §3.3 step 4 allows no loss to underflow. Such a mass is
 /// summed as mass * 2^124 (sigmoid(x) is exp(x) to fp32's precision there) and travels as its
 /// negation, in the same float as every other mass (those are >= 0) through registers, shared
@@ -268,17 +268,18 @@ inline constexpr float tiny_mass_logit = -80.0f;
 LYNX_HD float sigmoid_mass_term(float l, bool tiny) { return tiny ? exp_f32_up124(l) : sigmoid(l); }
 
 /// w times a mass, or times a mass already multiplied by a router's scaling (scaled_emit: the
-/// negation of a tiny mass carries through it). A tiny mass's product is normal; its exact
-/// scaling back by 2^-124 rounds a second time only where the weight lies below FLT_MIN.
+/// negation of a tiny mass carries through it): w * mass in one rounding, then for a tiny
+/// mass the exact 2^-124, which rounds again only where the weight lies below FLT_MIN. The
+/// sign bit decides, so a tiny mass of -0 (every term below 2^-274, or scaled to 0) gives +0.
 LYNX_HD float times_mass(float w, float mass) {
-  const bool tiny = mass < 0.0f;
+  const bool tiny = float_bits(mass) >> 31;
   const float f = w * select_f32(tiny, -mass, mass);
   return select_f32(tiny, f * 4.70197740e-38f /* 2^-124 */, f);
 }
 
 /// The row's original top-k mass that "no renormalize" keeps (SPEC §3.3 step 4):
 /// softmax: sum of the top-k probabilities; sigmoid: sum of the top-k sigmoids, in the tiny
-/// form where every one of them is below 2^-115. `total` is row_exp_sum (softmax only; a warp
+/// form where every one of their logits is below tiny_mass_logit. `total` is row_exp_sum (softmax only; a warp
 /// passes its butterfly result).
 template <class T>
 LYNX_HD float topk_mass(const T* row, float m, const std::uint64_t* topk, int k, scoring s,

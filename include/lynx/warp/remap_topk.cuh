@@ -106,7 +106,7 @@ __device__ __forceinline__ std::uint64_t warp_topk_in(const warp_row<MaxN>& row,
 
 /// The row's original top-k mass that "no renormalize" keeps (SPEC §3.3 step 4): softmax, the
 /// sum of its top-k probabilities (over the canonical butterfly total); sigmoid, of its top-k
-/// sigmoids (in detail::topk_mass's tiny form where all lie below 2^-115). 1 with renormalize
+/// sigmoids (in detail::topk_mass's tiny form where all their logits lie below -80). 1 with renormalize
 /// (unused then). The same value in every lane, bitwise detail::topk_mass's.
 template <int K, int MaxN>
 __device__ __forceinline__ float warp_row_mass(const warp_row<MaxN>& row, std::uint64_t plain, int k, scoring s,
@@ -121,7 +121,7 @@ __device__ __forceinline__ float warp_row_mass(const warp_row<MaxN>& row, std::u
     total = detail::warp_butterfly_sum(part);
   }
   const float l = plain ? key_logit(plain) : 0.0f;
-  // detail::tiny_mass_logit: a sigmoid mass whose every term is below 2^-115 is kept scaled
+  // detail::tiny_mass_logit: a sigmoid mass whose every logit is below -80 is kept scaled
   const bool tiny = s == scoring::sigmoid &&
                     __all_sync(detail::full_mask, detail::lane_id() >= k || l < detail::tiny_mass_logit);
   const float term = s == scoring::sigmoid ? detail::sigmoid_mass_term(l, tiny) : detail::exp_f32(l - row.max);

@@ -117,7 +117,8 @@ double exact_mass(const float* x, int n, const int* orig, int k, bool sigmoid) {
 /// difference d = l - top (sigmoid: min(l, 0) - min(top, 0)) the library takes before exp.
 /// Absolute: a few 2^-149 per term for subnormal intermediates (a tiny sigmoid without
 /// renormalize is a subnormal weight, which must not be 0 early), times the factors after them
-/// (S[t] x scaling: a sigmoid mass below 2^-115 keeps its digits, detail::tiny_mass_logit).
+/// (S[t] x scaling: a sigmoid mass whose every logit is below -80 keeps its digits,
+/// detail::tiny_mass_logit).
 template <class IdT>
 void check_weights(const float* x, const IdT* ids, const float* w, const lynx::route_params& p, double mass, int t,
                    const char* what) {

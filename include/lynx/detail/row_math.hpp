@@ -82,11 +82,13 @@ LYNX_HD float load_logit(const T* row, int e) {
 /// ln FLT_MAX: above it exp_f32 is inf (and below its negation sigmoid is exp(x)).
 inline constexpr float exp_f32_max_arg = 88.72283f;
 
-/// exp's two halves, shared by exp_f32 and exp_f32_up124. exp_f32_mantissa: e^xc = y * 2^n for
-/// n = rint(xc / ln 2), by Cody-Waite reduction and the Cephes expf polynomial, written with
-/// explicit fma so no compiler can contract it differently on either side (nvcc --fmad, gcc
-/// -ffp-contract).
-LYNX_HD float exp_f32_mantissa(float xc, float n) {
+/// e^xc * 2^extra for an xc already clamped to where that lies in [2^-150, 2^128): Cody-Waite
+/// reduction and the Cephes expf polynomial, written with explicit fma so no compiler can
+/// contract it differently on either side (nvcc --fmad, gcc -ffp-contract), then y * 2^e by
+/// exponent arithmetic while that stays normal; below 2^-125, y * 2^(e+64) (exact) times 2^-64,
+/// one rounding into the subnormals (an explicit fma, so nothing contracts it).
+LYNX_HD float exp_f32_pow2(float xc, int extra) {
+  const float n = rintf(xc * 1.44269504088896341f);
   float r = fma_f32(n, -0.693359375f, xc);
   r = fma_f32(n, 2.12194440e-4f, r);
   float p = 1.9875691500e-4f;
@@ -95,13 +97,8 @@ LYNX_HD float exp_f32_mantissa(float xc, float n) {
   p = fma_f32(p, r, 4.1665795894e-2f);
   p = fma_f32(p, r, 1.6666665459e-1f);
   p = fma_f32(p, r, 5.0000001201e-1f);
-  return fma_f32(p, r * r, r) + 1.0f;
-}
-
-/// y * 2^e for e in [-150, 127]: exponent arithmetic while that stays normal; below 2^-125,
-/// y * 2^(e+64) (exact) times 2^-64, one rounding into the subnormals (an explicit fma, so
-/// nothing contracts it).
-LYNX_HD float exp_f32_scale(float y, int e) {
+  const float y = fma_f32(p, r * r, r) + 1.0f;
+  const int e = static_cast<int>(n) + extra;
   const bool tiny = e < -125;
   const int shift = tiny ? e + 64 : e;
   const float v = bits_float(float_bits(y) + (static_cast<std::uint32_t>(shift) << 23));
@@ -117,19 +114,14 @@ LYNX_HD float exp_f32(float x) {
   constexpr float lo = -103.972077f, hi = exp_f32_max_arg;  // ln 2^-150, ln FLT_MAX
   float xc = select_f32(x > lo, x, lo);  // also -inf and NaN (NaN never reaches here)
   xc = select_f32(xc < hi, xc, hi);
-  const float n = rintf(xc * 1.44269504088896341f);
-  const float scaled = exp_f32_scale(exp_f32_mantissa(xc, n), static_cast<int>(n));
-  return select_f32(x > hi, INFINITY, select_f32(x > lo, scaled, 0.0f));
+  return select_f32(x > hi, INFINITY, select_f32(x > lo, exp_f32_pow2(xc, 0), 0.0f));
 }
 
 /// exp(x) * 2^124 for x <= 0, with exp_f32's error, and 0 below 2^-150 (x below ln 2^-274):
 /// what a sigmoid mass far below FLT_MIN is summed with (tiny_mass_logit).
 LYNX_HD float exp_f32_up124(float x) {
   constexpr float lo = -189.922327f;  // ln 2^-274
-  const float xc = select_f32(x > lo, x, lo);
-  const float n = rintf(xc * 1.44269504088896341f);
-  const float scaled = exp_f32_scale(exp_f32_mantissa(xc, n), static_cast<int>(n) + 124);
-  return select_f32(x > lo, scaled, 0.0f);
+  return select_f32(x > lo, exp_f32_pow2(select_f32(x > lo, x, lo), 124), 0.0f);
 }
 
 /// 1 / (1 + exp(-x)); where exp(-x) overflows (x below -ln FLT_MAX), 1 + exp(x) rounds to 1,
@@ -257,9 +249,9 @@ LYNX_HD float row_exp_sum(const T* row, int n, float m) {
 }
 
 /// Sigmoid masses far below FLT_MIN. Where every original top-k logit lies below -80 (every
-/// term below e^-80, about 2^-115.4), fp32 keeps few or none of the mass's digits, and a router's scaling (up
-/// to 2^100) cannot restore them; SPEC §3.3 step 4 allows no loss to underflow. Such a mass is
-/// summed as mass * 2^124 (sigmoid(x) is exp(x) to fp32's precision there) and travels as its
+/// term below e^-80, about 2^-115.4), fp32 keeps few or none of the mass's digits, and a
+/// router's scaling (up to 2^100) cannot restore them; SPEC §3.3 step 4 allows no loss to
+/// underflow. Such a mass is summed as mass * 2^124 (sigmoid(x) is exp(x) to fp32's precision there) and travels as its
 /// negation, in the same float as every other mass (those are >= 0) through registers, shared
 /// and global memory; times_mass undoes it in the weights' last product. Rows above the
 /// threshold keep the plain sum, bitwise as before.
@@ -279,8 +271,8 @@ LYNX_HD float times_mass(float w, float mass) {
 
 /// The row's original top-k mass that "no renormalize" keeps (SPEC §3.3 step 4):
 /// softmax: sum of the top-k probabilities; sigmoid: sum of the top-k sigmoids, in the tiny
-/// form where every one of their logits is below tiny_mass_logit. `total` is row_exp_sum (softmax only; a warp
-/// passes its butterfly result).
+/// form where all their logits lie below tiny_mass_logit. `total` is row_exp_sum (softmax
+/// only; a warp passes its butterfly result).
 template <class T>
 LYNX_HD float topk_mass(const T* row, float m, const std::uint64_t* topk, int k, scoring s,
                         float total) {

@@ -106,8 +106,8 @@ __device__ __forceinline__ std::uint64_t warp_topk_in(const warp_row<MaxN>& row,
 
 /// The row's original top-k mass that "no renormalize" keeps (SPEC §3.3 step 4): softmax, the
 /// sum of its top-k probabilities (over the canonical butterfly total); sigmoid, of its top-k
-/// sigmoids (in detail::topk_mass's tiny form where all their logits lie below -80). 1 with renormalize
-/// (unused then). The same value in every lane, bitwise detail::topk_mass's.
+/// sigmoids (in detail::topk_mass's tiny form where all their logits lie below -80). 1 with
+/// renormalize (unused then). The same value in every lane, bitwise detail::topk_mass's.
 template <int K, int MaxN>
 __device__ __forceinline__ float warp_row_mass(const warp_row<MaxN>& row, std::uint64_t plain, int k, scoring s,
                                                bool renormalize) {

@@ -595,7 +595,9 @@ TEST(Device, WeightsAreBitwiseEqualToHost) {
   // With sigmoid scores, rows 0-7 lie below -88.7, where a sigmoid is exp(x) (a subnormal
   // weight without renormalize: detail::sigmoid), on both sides, and rows 8-11 below -150.
   // Without renormalize their masses take detail::tiny_mass_logit's form, which a router's
-  // scaling of 2^100 brings back to normal weights.
+  // scaling of 2^100 brings back to normal weights. Rows 12-19 spread their logits 22 apart,
+  // so chosen ratios lie below e^-80 (detail::tiny_ratio_arg), which that scaling also brings
+  // back to normal weights.
   const int n = 128, k = 8, rows = 64;
   struct weighting {
     lynx::scoring score;
@@ -605,17 +607,26 @@ TEST(Device, WeightsAreBitwiseEqualToHost) {
   for (const auto [score, renorm, scaling] :
        {weighting{lynx::scoring::softmax, true, 1.0f}, weighting{lynx::scoring::softmax, false, 1.0f},
         weighting{lynx::scoring::sigmoid, true, 1.0f}, weighting{lynx::scoring::sigmoid, false, 1.0f},
-        weighting{lynx::scoring::sigmoid, false, lynx::max_router_scaling}, weighting{lynx::scoring::sigmoid, false, 2.5f}}) {
+        weighting{lynx::scoring::sigmoid, false, lynx::max_router_scaling}, weighting{lynx::scoring::sigmoid, false, 2.5f},
+        weighting{lynx::scoring::softmax, false, lynx::max_router_scaling},
+        weighting{lynx::scoring::sigmoid, true, lynx::max_router_scaling}}) {
     auto p = params(n, k, 3.0f, 2, score, renorm);
     p.router.scaling = scaling;
     auto L = lynx_test::random_logits(rows, n, 17, 2.0f);
     if (score == lynx::scoring::sigmoid)
       for (int i = 0; i < 12 * n; ++i) L[i] -= i < 8 * n ? 95.0f : 155.0f;
+    for (int t = 12; t < 20; ++t)
+      for (int e = 0; e < n; ++e) L[t * n + e] = -22.0f * static_cast<float>((e * 37 + t * 11) % n);
     std::vector<int> ids(rows * k);
     std::vector<float> w(rows * k);
     ASSERT_EQ(lynx::host::route(L.data(), n, rows, rows, p, ids.data(), w.data()), lynx::status::success);
     if (score == lynx::scoring::sigmoid)  // subnormal without renormalize, normal with the scaling
       for (int i = 0; i < 8 * k; ++i) ASSERT_GT(w[i], scaling == lynx::max_router_scaling ? FLT_MIN : 0.0f) << i;
+    if (scaling == lynx::max_router_scaling) {  // normal weights below 2^-126 times their row's largest
+      int far = 0;
+      for (int i = 12 * k; i < 20 * k; ++i) far += w[i] >= FLT_MIN && w[i] < w[i / k * k] * 0x1p-126f;
+      EXPECT_GT(far, 8) << static_cast<int>(score) << " " << renorm;
+    }
     std::vector<int> got_ids;
     std::vector<float> got;
     ASSERT_NO_FATAL_FAILURE(device_route(L, rows, rows, p, got_ids, got));

@@ -149,6 +149,7 @@ void check_warp_functions(std::uint32_t seed) {
   for (int e = 0; e < n; ++e) Lf[2 * n + e] = e % 3 ? -INFINITY : NAN;  // a row that does not vote
   for (int e = 0; e < n; ++e) Lf[3 * n + e] = e == 5 % n ? 1.0f : -INFINITY;  // one finite logit
   for (int e = 0; e < n; ++e) Lf[4 * n + e] -= e % 2 ? 100.0f : 160.0f;  // sigmoid: a tiny mass
+  for (int e = 0; e < n; ++e) Lf[5 * n + e] = -23.0f * static_cast<float>((e * 7 + 3) % n);  // ratios below e^-80
   std::vector<T> L;
   for (const float x : Lf) L.push_back(to_logit<T>(x));
   std::vector<std::int32_t> ranks(n);

@@ -115,10 +115,11 @@ double exact_mass(const float* x, int n, const int* orig, int k, bool sigmoid) {
 /// renormalize the first-order error of the fp32 mass sums (k terms; the softmax total's 32
 /// lane terms and 5 butterfly steps; exp's 2.4e-7 twice), plus |d| half-ulps for the fp32
 /// difference d = l - top (sigmoid: min(l, 0) - min(top, 0)) the library takes before exp.
-/// Absolute: a few 2^-149 per term for subnormal intermediates (a tiny sigmoid without
-/// renormalize is a subnormal weight, which must not be 0 early), times the factors after them
-/// (S[t] x scaling: a sigmoid mass whose every logit is below -80 keeps its digits,
-/// detail::tiny_mass_logit).
+/// Absolute: a few 2^-149 per term for subnormal results (a tiny sigmoid without renormalize
+/// is a subnormal weight, which must not be 0 early). Not times S[t] x scaling: no intermediate
+/// is subnormal where that product could bring it back (a sigmoid mass whose every logit is
+/// below -80, detail::tiny_mass_logit, and a chosen ratio below e^-80, detail::tiny_ratio_arg,
+/// are both carried times 2^124).
 template <class IdT>
 void check_weights(const float* x, const IdT* ids, const float* w, const lynx::route_params& p, double mass, int t,
                    const char* what) {
@@ -135,7 +136,7 @@ void check_weights(const float* x, const IdT* ids, const float* w, const lynx::r
   for (int i = 0; i < k; ++i) sum += act[i] = ref == -INFINITY ? 1.0 : std::exp(act[i] - ref);  // all -inf: equal
   const double scale = (p.renormalize ? 1.0 : mass) * p.router.scaling;
   const double rel = 2e-6 + (p.renormalize ? 0.0 : 4.8e-7 + (k + 40) * 0x1p-24);
-  const double tiny = (k + 4) * 0x1p-149 * std::max(1.0, scale);
+  const double tiny = (k + 4) * 0x1p-149;
   for (int i = 0; i < k; ++i) {
     const float l = x[ids[i]];
     const double d = sigmoid ? static_cast<double>(std::min(l, 0.0f)) - std::min(top, 0.0f)

@@ -208,6 +208,45 @@ TEST(EdgeCases, TinySigmoidMassSurvivesARoutersScaling) {
   }
 }
 
+TEST(EdgeCases, FarChosenWeightsSurviveARoutersScaling) {
+  // Chosen logits far below the largest chosen one: its ratio exp(l - top) (or its sigmoid's)
+  // lies below fp32's normals, but times the mass and a scaling of up to 2^100 the weight is a
+  // normal float (scaling 2^100, chosen logits 0 and -150: weight 0 where SPEC's is 9.1e-36).
+  // topk_route's weights (route's take the same path) against SPEC's in long double, for
+  // softmax and sigmoid, with and without renormalize, rows at and away from zero.
+  constexpr int n = 8, k = 3;
+  int normal = 0;
+  for (const lynx::scoring s : {lynx::scoring::softmax, lynx::scoring::sigmoid})
+    for (const bool renormalize : {false, true})
+      for (const float scaling : {lynx::max_router_scaling, 0x1p60f, 2.5f, 1.0f})
+        for (const float top : {0.0f, 6.0f, -30.0f})
+          for (const float gap : {60.0f, 82.0f, 95.0f, 120.0f, 150.0f, 185.0f}) {
+            const std::vector<float> row = {top - gap / 2, -1000.0f, top, top - gap, -2000.0f,
+                                            top - gap - 40, -inf, top - gap - 60};
+            auto p = params(n, k, 1.0f, 1, s, renormalize);
+            p.router.scaling = scaling;
+            const routed got = topk(row, 1, p);
+            const bool sig = s == lynx::scoring::sigmoid;
+            const auto act = [&](long double l) {  // softmax relative to the top: same ratios
+              return sig ? 1.0L / (1.0L + std::exp(-l)) : std::exp(l - top);
+            };
+            long double chosen = 0, all = 0;
+            for (const int e : {0, 2, 3}) chosen += act(row[e]);
+            for (const float l : row) all += act(l);
+            const long double norm = renormalize ? chosen : sig ? 1.0L : all;
+            for (int i = 0; i < k; ++i) {
+              ASSERT_TRUE(got.ids[i] == 0 || got.ids[i] == 2 || got.ids[i] == 3) << got.ids[i];
+              const double want = static_cast<double>(act(row[got.ids[i]]) / norm * scaling);
+              normal += want >= FLT_MIN;
+              ASSERT_LE(std::fabs(got.w[i] - want), 4e-6 * want + std::ldexp(1.0, -149))
+                  << (sig ? "sigmoid" : "softmax") << " renormalize " << renormalize << " scaling " << scaling
+                  << " top " << top << " gap " << gap << " weight " << i << ": " << got.w[i] << " vs SPEC " << want;
+              ASSERT_FALSE(std::signbit(got.w[i]));
+            }
+          }
+  EXPECT_GE(normal, 300);  // the scalings bring most of them back into the normals
+}
+
 /// The exact weights of chosen experts (SPEC §3.3 step 4, renormalize), in long double relative
 /// to the largest chosen logit, in the output order of `ids`.
 std::vector<long double> exact_renormalized(const float* row, const int* ids, int k, bool sigmoid) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -88,6 +89,39 @@ TEST(RowMath, TinyMassesKeepTheirDigits) {
   EXPECT_EQ(d::float_bits(zero), 0x80000000u);
   EXPECT_EQ(d::float_bits(d::times_mass(0.5f, zero)), 0u);
   EXPECT_EQ(d::float_bits(d::times_mass(0.5f, tiny * 0x1p-100f * 0x1p-100f)), 0u);  // scaled to -0
+}
+
+TEST(RowMath, FarRatiosKeepTheirDigits) {
+  // A chosen weight whose ratio to the largest chosen one lies below e^-80 is taken again
+  // from that ratio times 2^124 (tiny_ratio_weight). Where the plain product was normal it is
+  // bitwise the same; where the plain ratio was subnormal or 0 the digits come back.
+  namespace d = lynx::detail;
+  int compared = 0;
+  for (const lynx::scoring s : {lynx::scoring::softmax, lynx::scoring::sigmoid})
+    for (const float top : {0.0f, 3.0f, -20.0f})
+      for (const float mass : {1.0f, 0.7f, 0x1p40f, 0x1p100f, -0x1p10f /* a tiny mass */})
+        for (float arg = -80.0625f; arg > -87.0f; arg -= 0.0625f) {
+          // sigmoid ratios are to exp(min(top, 0))
+          const float l = (s == lynx::scoring::sigmoid ? std::min(top, 0.0f) : top) + arg, denom = 1.6180339f;
+          ASSERT_LT(d::chosen_ratio_arg(l, top, s), d::tiny_ratio_arg);
+          const float ratio = s == lynx::scoring::sigmoid ? d::scaled_sigmoid(l, top) : d::exp_f32(l - top);
+          const float plain = d::times_mass(ratio / denom, mass);
+          if (ratio < FLT_MIN || ratio / denom < FLT_MIN || std::fabs(plain) < FLT_MIN) continue;
+          ++compared;
+          ASSERT_EQ(d::float_bits(d::tiny_ratio_weight(l, top, s, denom, mass)), d::float_bits(plain))
+              << static_cast<int>(s) << " " << top << " " << mass << " " << arg;
+        }
+  EXPECT_GT(compared, 400);
+  // Chosen logits 0 and -150, a mass of 1 times a scaling of 2^100: e^-150 * 2^100 / (1 + e^-150)
+  // is 9.1e-36 (the plain ratio e^-150 is 0 in fp32).
+  const double want = std::ldexp(std::exp(-150.0), 100);
+  EXPECT_EQ(d::exp_f32(-150.0f), 0.0f);
+  EXPECT_NEAR(d::tiny_ratio_weight(-150.0f, 0.0f, lynx::scoring::softmax, 1.0f, 0x1p100f), want, 4e-7 * want);
+  // Sigmoid at 0: the ratio is e^-150 / (1 + e^-150) over 1/2's divisor term.
+  EXPECT_NEAR(d::tiny_ratio_weight(-150.0f, 0.0f, lynx::scoring::sigmoid, 0.5f, 0x1p100f), 2 * want, 8e-7 * want);
+  // A tiny mass as well: both 2^-124 factors, and +0 where the product vanishes.
+  EXPECT_EQ(d::float_bits(d::tiny_ratio_weight(-150.0f, 0.0f, lynx::scoring::softmax, 1.0f, -1.0f)), 0u);
+  EXPECT_EQ(d::float_bits(d::tiny_ratio_weight(-INFINITY, 0.0f, lynx::scoring::sigmoid, 1.0f, 0x1p100f)), 0u);
 }
 
 TEST(RowMath, KeysOrderByValueThenLowerId) {

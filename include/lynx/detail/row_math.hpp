@@ -294,13 +294,43 @@ LYNX_HD float original_mass(const T* row, int n, float m, const std::uint64_t* t
   return topk_mass(row, m, topk, k, s, s == scoring::sigmoid ? 0.0f : row_exp_sum(row, n, m));
 }
 
+/// The exponent of scaled_sigmoid's ratio: min(l, 0) - min(ref, 0), and 0 where those are
+/// equal (-inf included).
+LYNX_HD float sigmoid_ratio_arg(float l, float ref) {
+  const float lo = select_f32(l < 0.0f, l, 0.0f), ro = select_f32(ref < 0.0f, ref, 0.0f);
+  return select_f32(lo == ro, 0.0f, lo - ro);
+}
+
+/// 1 + exp(-|l|): scaled_sigmoid's divisor, in [1, 2].
+LYNX_HD float sigmoid_divisor(float l) { return 1.0f + exp_f32(-select_f32(l < 0.0f, -l, l)); }
+
 /// sigmoid(l) / exp(min(ref, 0)), for l <= ref: the ratios of sigmoids without their
 /// underflow (sigmoid(l) = exp(min(l, 0)) / (1 + exp(-|l|)), and the second factor lies in
 /// [1/2, 1]). Equal l and ref (-inf included) give the unscaled factor.
 LYNX_HD float scaled_sigmoid(float l, float ref) {
-  const float lo = select_f32(l < 0.0f, l, 0.0f), ro = select_f32(ref < 0.0f, ref, 0.0f);
-  const float a = select_f32(l < 0.0f, -l, l);
-  return exp_f32(select_f32(lo == ro, 0.0f, lo - ro)) / (1.0f + exp_f32(-a));
+  return exp_f32(sigmoid_ratio_arg(l, ref)) / sigmoid_divisor(l);
+}
+
+/// Chosen weights whose ratio to the largest chosen one lies below e^-80 (chosen_weights,
+/// warp_emit). That ratio, an fp32 value before the mass and a router's scaling (up to 2^100)
+/// multiply it, would keep only a subnormal's digits below e^-87, or none below e^-104 (SPEC
+/// §3.3 step 4 allows no loss to underflow: scaling 2^100 and chosen logits 0 and -150 gave
+/// weight 0 where SPEC's is 9.1e-36). Such a weight is taken again from the ratio times 2^124,
+/// and the exact 2^-124 comes last. Where the old product was a normal float the new one is
+/// bitwise the same (only powers of two moved), so rows without such ratios do not change.
+inline constexpr float tiny_ratio_arg = -80.0f;
+
+/// The exponent of a chosen logit l's ratio to the largest chosen logit `top`.
+LYNX_HD float chosen_ratio_arg(float l, float top, scoring s) {
+  return s == scoring::sigmoid ? sigmoid_ratio_arg(l, top) : select_f32(l == top, 0.0f, l - top);
+}
+
+/// A weight whose chosen_ratio_arg lies below tiny_ratio_arg: its ratio times 2^124, over the
+/// row's denominator, times the mass (times_mass), then 2^-124.
+LYNX_HD float tiny_ratio_weight(float l, float top, scoring s, float denom, float mass) {
+  float r = exp_f32_up124(chosen_ratio_arg(l, top, s));
+  if (s == scoring::sigmoid) r = r / sigmoid_divisor(l);
+  return times_mass(r / denom, mass) * 4.70197740e-38f /* 2^-124 */;
 }
 
 /// Weights of the chosen experts (SPEC §3.3 step 4), given in key order (logit descending,
@@ -332,6 +362,10 @@ LYNX_HD void chosen_weights(const T* row, const std::uint64_t* chosen, int k, sc
   denom += lost;
   const float scale = renormalize ? 1.0f : mass;
   for (int i = 0; i < k; ++i) w[i] = times_mass(w[i] / denom, scale);  // denom >= exp(0) or 1/2
+  for (int i = 0; i < k; ++i) {  // ratios below e^-80 (tiny_ratio_arg): their digits again
+    const float l = load_logit(row, key_expert(chosen[i]));
+    if (chosen_ratio_arg(l, top, s) < tiny_ratio_arg) w[i] = tiny_ratio_weight(l, top, s, denom, scale);
+  }
 }
 
 /// model_router's choice score of expert e from its sanitized logit x: sigmoid(x) + bias[e] with

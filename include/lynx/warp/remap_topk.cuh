@@ -159,7 +159,11 @@ __device__ __forceinline__ void warp_emit(std::uint64_t chosen, int k, scoring s
     }
   }
   denom += lost;
-  w = detail::times_mass(w / denom, renormalize ? 1.0f : mass);
+  const float scale = renormalize ? 1.0f : mass;
+  w = detail::times_mass(w / denom, scale);
+  // detail::tiny_ratio_arg: a ratio below e^-80 is taken again, times 2^124 (a uniform branch)
+  const bool tiny = slot && detail::chosen_ratio_arg(l, top, s) < detail::tiny_ratio_arg;
+  if (__any_sync(detail::full_mask, tiny) && tiny) w = detail::tiny_ratio_weight(l, top, s, denom, scale);
   const int id = slot ? detail::key_expert(chosen) : 0x7FFFFFFF;
   // Each slot's place: how many slots come before it (a larger weight, or an equal one and a
   // lower id). Slots usually are in that order already (one check against the next slot);

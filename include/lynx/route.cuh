@@ -76,7 +76,7 @@ cudaError_t route_with(decode_choice choice, void* workspace, std::size_t& works
           e != cudaSuccess || detail::fused_layout(MaxN, router) || !layout.wanted())
         return e;
       return detail::launch_sorted_layout(any, true, p.top_k, p.num_experts, layout, stream);
-    });
+    }, cudaErrorInvalidValue);  // no tier above fused_max_experts reaches here
   }
   if (lynx_policy) {  // the other policies need no bins or scores
     // A model router's bins are of its choice scores (docs/ROUTERS.md), not affinity_bin's.

@@ -575,6 +575,12 @@ TEST(Launchers, TierDispatch) {
       const auto fused = d::dispatch_tier<d::fused_max_experts>(
           i, [](auto n, auto k) { return std::pair{decltype(n)::value, decltype(k)::value}; });
       EXPECT_EQ(fused, bounds_of(i)) << "tier " << i;
+    } else {  // not instantiated there: f is not called, the refusal comes back
+      bool called = false;
+      const auto refused = d::dispatch_tier<d::fused_max_experts>(
+          i, [&](auto, auto) { called = true; return cudaSuccess; }, cudaErrorInvalidValue);
+      EXPECT_EQ(refused, cudaErrorInvalidValue) << "tier " << i;
+      EXPECT_FALSE(called) << "tier " << i;
     }
   }
   for (int n = 2; n <= lynx::max_experts; n += (n < 160 ? 1 : 29))

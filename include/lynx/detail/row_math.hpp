@@ -320,6 +320,13 @@ LYNX_HD float scaled_sigmoid(float l, float ref) {
 /// bitwise the same (only powers of two moved), so rows without such ratios do not change.
 inline constexpr float tiny_ratio_arg = -80.0f;
 
+// The largest product tiny_ratio_weight forms before its 2^-124: a ratio just below e^-80 times
+// 2^124 over a denominator of 1/2 (sigmoid), times a tiny mass of k such terms times the
+// largest scaling (e^-80 < 2^-115). It must stay finite.
+static_assert(tiny_ratio_arg <= -80.0f && tiny_mass_logit <= -80.0f &&
+                  2.0 * 0x1p9 * (max_top_k * 0x1p9) * static_cast<double>(max_router_scaling) < 0x1p127,
+              "tiny_ratio_weight could overflow: the thresholds, max_top_k and max_router_scaling go together");
+
 /// The exponent of a chosen logit l's ratio to the largest chosen logit `top`.
 LYNX_HD float chosen_ratio_arg(float l, float top, scoring s) {
   return s == scoring::sigmoid ? sigmoid_ratio_arg(l, top) : select_f32(l == top, 0.0f, l - top);

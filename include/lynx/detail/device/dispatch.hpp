@@ -47,17 +47,20 @@ inline constexpr int choose_tier(int n, int k) {
 
 /// Calls f(std::integral_constant<int, MaxN>{}, std::integral_constant<int, K>{}) for tier i:
 /// runtime (N, k) to compile-time bounds, at one place. Only tiers with MaxN <= Largest are
-/// instantiated (the fused kernel's shared memory is sized for fused_max_experts); a caller must
-/// not pass a larger one (lynx::route's path choice does not).
-template <int Largest = max_experts, class F>
-auto dispatch_tier(int i, F&& f) {
+/// instantiated (the fused kernel's shared memory is sized for fused_max_experts); for a larger
+/// one f is not called and `refused` comes back (lynx::route's path choice never asks for one,
+/// and passes cudaErrorInvalidValue should that change).
+template <int Largest = max_experts, class F,
+          class R = std::invoke_result_t<F, std::integral_constant<int, tiers[0].max_n>,
+                                         std::integral_constant<int, tiers[0].max_k>>>
+R dispatch_tier(int i, F&& f, R refused = R{}) {
   using std::integral_constant;
-  const auto at = [&](auto index) {
+  const auto at = [&](auto index) -> R {
     constexpr tier t = tiers[decltype(index)::value];
     if constexpr (t.max_n <= Largest) {
       return f(integral_constant<int, t.max_n>{}, integral_constant<int, t.max_k>{});
     } else {
-      return f(integral_constant<int, tiers[0].max_n>{}, integral_constant<int, tiers[0].max_k>{});
+      return refused;
     }
   };
   switch (i) {

@@ -251,10 +251,10 @@ LYNX_HD float row_exp_sum(const T* row, int n, float m) {
 /// Sigmoid masses far below FLT_MIN. Where every original top-k logit lies below -80 (every
 /// term below e^-80, about 2^-115.4), fp32 keeps few or none of the mass's digits, and a
 /// router's scaling (up to 2^100) cannot restore them; SPEC §3.3 step 4 allows no loss to
-/// underflow. Such a mass is summed as mass * 2^124 (sigmoid(x) is exp(x) to fp32's precision there) and travels as its
-/// negation, in the same float as every other mass (those are >= 0) through registers, shared
-/// and global memory; times_mass undoes it in the weights' last product. Rows above the
-/// threshold keep the plain sum, bitwise as before.
+/// underflow. Such a mass is summed as mass * 2^124 (sigmoid(x) is exp(x) to fp32's precision
+/// there) and travels as its negation, in the same float as every other mass (those are >= 0)
+/// through registers, shared and global memory; times_mass undoes it in the weights' last
+/// product. Rows above the threshold keep the plain sum, bitwise as before.
 inline constexpr float tiny_mass_logit = -80.0f;
 
 LYNX_HD float sigmoid_mass_term(float l, bool tiny) { return tiny ? exp_f32_up124(l) : sigmoid(l); }

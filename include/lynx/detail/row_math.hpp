@@ -332,12 +332,19 @@ LYNX_HD float chosen_ratio_arg(float l, float top, scoring s) {
   return s == scoring::sigmoid ? sigmoid_ratio_arg(l, top) : select_f32(l == top, 0.0f, l - top);
 }
 
+/// A chosen logit l's ratio to the largest chosen logit `top`, times 2^124 where up124
+/// (tiny_ratio_weight): exp(l - top) (softmax) or scaled_sigmoid(l, top) (sigmoid), the one
+/// formula of chosen_weights and warp_emit.
+LYNX_HD float chosen_ratio(float l, float top, scoring s, bool up124 = false) {
+  const float a = chosen_ratio_arg(l, top, s);
+  const float r = up124 ? exp_f32_up124(a) : exp_f32(a);
+  return s == scoring::sigmoid ? r / sigmoid_divisor(l) : r;
+}
+
 /// A weight whose chosen_ratio_arg lies below tiny_ratio_arg: its ratio times 2^124, over the
 /// row's denominator, times the mass (times_mass), then 2^-124.
 LYNX_HD float tiny_ratio_weight(float l, float top, scoring s, float denom, float mass) {
-  float r = exp_f32_up124(chosen_ratio_arg(l, top, s));
-  if (s == scoring::sigmoid) r = r / sigmoid_divisor(l);
-  return times_mass(r / denom, mass) * 4.70197740e-38f /* 2^-124 */;
+  return times_mass(chosen_ratio(l, top, s, true) / denom, mass) * 4.70197740e-38f /* 2^-124 */;
 }
 
 /// Weights of the chosen experts (SPEC §3.3 step 4), given in key order (logit descending,
@@ -355,9 +362,9 @@ LYNX_HD void chosen_weights(const T* row, const std::uint64_t* chosen, int k, sc
     top = w[i] > top ? w[i] : top;
   }
   if (s == scoring::sigmoid)  // one loop per scoring, so that the host vectorizes it
-    for (int i = 0; i < k; ++i) w[i] = scaled_sigmoid(w[i], top);
+    for (int i = 0; i < k; ++i) w[i] = chosen_ratio(w[i], top, scoring::sigmoid);
   else
-    for (int i = 0; i < k; ++i) w[i] = exp_f32(select_f32(w[i] == top, 0.0f, w[i] - top));
+    for (int i = 0; i < k; ++i) w[i] = chosen_ratio(w[i], top, scoring::softmax);
   // Neumaier's compensated sum (terms >= 0): the denominator within about one rounding, so
   // renormalized weights sum to 1 within 1e-6 at any k, where a plain sum of 32 terms may not.
   float denom = 0.0f, lost = 0.0f;

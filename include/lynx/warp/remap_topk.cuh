@@ -146,8 +146,7 @@ __device__ __forceinline__ void warp_emit(std::uint64_t chosen, int k, scoring s
   const float l = slot ? key_logit(chosen) : -INFINITY;
   float top = __shfl_sync(detail::full_mask, l, 0);  // chosen keys are mostly in logit order
   if (__any_sync(detail::full_mask, l > top)) top = detail::warp_max(l);
-  float w = s == scoring::sigmoid ? detail::scaled_sigmoid(l, top)
-                                  : detail::exp_f32(detail::select_f32(l == top, 0.0f, l - top));
+  float w = detail::chosen_ratio(l, top, s);
   float denom = 0.0f, lost = 0.0f;  // chosen_weights' Neumaier sum, slot by slot
 #pragma unroll
   for (int r = 0; r < K; ++r) {

@@ -336,28 +336,20 @@ TEST(Device, GridPathRefusesWhatItDoesNotTake) {
   EXPECT_EQ(to_host(d_ids), std::vector<int>(rows * k, -5));
 }
 
-TEST(Device, BudgetGreedyMatchesHost) {
-  // The device's budget greedy (a thread per candidate, only the moved tokens' terms replaced
-  // per step) against the host's lazy greedy: the same K, ids and weights, with tied gains
-  // (quantized logits), sigmoid scores, the mass mode, shares in global memory (300 and 700
-  // rows on the fused path), the anchors' phase (a limit below the anchors) and the stage path
-  // (1100 rows).
-  SKIP_WITHOUT_DEVICE();
-  struct budget_case {
-    int n, k, rows;
-    lynx::scoring score;
-    float quantum;
-    int budget_experts;
-    float budget_mass;
-  };
-  const budget_case cases[] = {
-      {32, 4, 1, lynx::scoring::softmax, 0.0f, 0, 0.0f},      {160, 6, 40, lynx::scoring::softmax, 0.5f, 0, 0.0f},
-      {160, 6, 40, lynx::scoring::sigmoid, 0.25f, 0, 0.0f},    {256, 8, 64, lynx::scoring::sigmoid, 0.0f, 0, 0.9f},
-      {256, 8, 300, lynx::scoring::softmax, 0.0f, 0, 0.0f},    {64, 6, 48, lynx::scoring::softmax, 0.0f, 10, 0.0f},
-      {128, 8, 700, lynx::scoring::softmax, 0.25f, 0, 0.97f},  {64, 6, 1100, lynx::scoring::softmax, 0.0f, 0, 0.0f},
-  };
-  std::uint32_t seed = 900;
-  for (const budget_case& c : cases) {
+struct budget_case {
+  int n, k, rows;
+  lynx::scoring score;
+  float quantum;  // logits on this grid (tied gains), 0: none
+  int budget_experts;
+  float budget_mass;
+  std::uint32_t seed;  // of the logits
+};
+
+/// The default (budget) policy with the case's limit, on the fused path: ids and weights against
+/// the host's lazy greedy.
+void budget_cases(const budget_case* cases, int count) {
+  for (int i = 0; i < count; ++i) {
+    const budget_case& c = cases[i];
     auto p = lynx::default_params(c.n, c.k);
     ASSERT_EQ(p.kind, lynx::policy::budget);
     p.score = c.score;
@@ -367,9 +359,38 @@ TEST(Device, BudgetGreedyMatchesHost) {
       p.budget_mass = c.budget_mass;
     }
     SCOPED_TRACE(testing::Message() << "N " << c.n << " k " << c.k << " rows " << c.rows);
-    compare_with_host<float, int>(entry::route, lynx_test::random_logits(c.rows, c.n, seed++, 1.5f, c.quantum), c.rows,
+    compare_with_host<float, int>(entry::route, lynx_test::random_logits(c.rows, c.n, c.seed, 1.5f, c.quantum), c.rows,
                                   c.rows, p);
   }
+}
+
+TEST(Device, BudgetResidentStepsMatchHost) {
+  // Up to 64 rows (the steps with gains and the tokens' k best shares in registers, one named
+  // barrier a step) and one row (its warp alone): the host's K with tied gains (quantized
+  // logits: the lower id must win), sigmoid scores, the mass mode, the anchors' phase (a limit
+  // below the anchors, with one and two token slots a lane), N 512 and k 32.
+  SKIP_WITHOUT_DEVICE();
+  const budget_case cases[] = {
+      {32, 4, 1, lynx::scoring::softmax, 0.0f, 0, 0.0f, 900},       {160, 6, 40, lynx::scoring::softmax, 0.5f, 0, 0.0f, 901},
+      {160, 6, 40, lynx::scoring::sigmoid, 0.25f, 0, 0.0f, 902},     {256, 8, 64, lynx::scoring::sigmoid, 0.0f, 0, 0.9f, 903},
+      {64, 6, 48, lynx::scoring::softmax, 0.0f, 10, 0.0f, 905},      {512, 10, 64, lynx::scoring::softmax, 1.0f, 0, 0.0f, 910},
+      {256, 8, 33, lynx::scoring::softmax, 0.25f, 12, 0.0f, 911},    {128, 8, 16, lynx::scoring::softmax, 0.0f, 0, 0.0f, 912},
+      {96, 32, 64, lynx::scoring::softmax, 0.0f, 0, 0.0f, 913},      {512, 10, 16, lynx::scoring::sigmoid, 0.5f, 0, 0.97f, 914},
+  };
+  budget_cases(cases, static_cast<int>(sizeof(cases) / sizeof(cases[0])));
+}
+
+TEST(Device, BudgetGreedyMatchesHost) {
+  // Above 64 rows (a thread per candidate, only the moved tokens' terms replaced per step): the
+  // host's K with tied gains, the mass mode, shares in global memory (300 and 700 rows on the
+  // fused path) and the stage path (1100 rows).
+  SKIP_WITHOUT_DEVICE();
+  const budget_case cases[] = {
+      {256, 8, 300, lynx::scoring::softmax, 0.0f, 0, 0.0f, 904},
+      {128, 8, 700, lynx::scoring::softmax, 0.25f, 0, 0.97f, 906},
+      {64, 6, 1100, lynx::scoring::softmax, 0.0f, 0, 0.0f, 907},
+  };
+  budget_cases(cases, static_cast<int>(sizeof(cases) / sizeof(cases[0])));
   // More voting rows than 16 bits count (the per-stage path takes any number), in mass mode,
   // whose target counts them: expert 0 leads every row by 0.1, so K0 is {0} alone and the
   // target decides how many experts the greedy adds (a count of 64 would stop it at 2).

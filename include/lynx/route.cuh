@@ -72,10 +72,7 @@ cudaError_t route_with(decode_choice choice, void* workspace, std::size_t& works
       else
         detail::fused_route_kernel<MaxN, K, false>
             <<<1, detail::fused_threads(MaxN), 0, stream>>>(any, p, ws.remap, layout);
-      if (const cudaError_t e = cudaPeekAtLastError();
-          e != cudaSuccess || detail::fused_layout(MaxN, router) || !layout.wanted())
-        return e;
-      return detail::launch_sorted_layout(any, true, p.top_k, p.num_experts, layout, stream);
+      return cudaPeekAtLastError();
     }, cudaErrorInvalidValue);  // no tier above fused_max_experts reaches here
   }
   if (lynx_policy) {  // the other policies need no bins or scores
@@ -113,9 +110,9 @@ cudaError_t route_with(decode_choice choice, void* workspace, std::size_t& works
 ///
 /// With a sorted_layout_ref that asks for any array, the same call also writes the batch's
 /// expert-sorted layout (sorted_layout.hpp; vLLM's moe_align_block_size arrays among them): in
-/// the same launch on the grid path and in fused kernels of up to 512 threads (MaxN above 128,
-/// or a model router's), else (the 1024-thread tiers, and after the per-stage path) in one
-/// more one-block launch. It needs no workspace. A call with B = 0 (a host count) routes nothing and writes the empty layout.
+/// the same launch on both decode paths (the fused block, the grid path's last block), and
+/// after the per-stage path in one more one-block launch. It needs no workspace. A call with
+/// B = 0 (a host count) routes nothing and writes the empty layout.
 template <class T, class IdT>
 cudaError_t route(void* workspace, std::size_t& workspace_bytes, const batch_ref<T, IdT>& batch,
                   const route_params& p, const sorted_layout_ref& layout, cudaStream_t stream = 0) {

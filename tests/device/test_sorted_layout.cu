@@ -1,6 +1,7 @@
 // The expert-sorted layout on the device against the host path, every array bitwise: written by
-// lynx::route (the fused kernel and the per-stage path), by lynx::topk_route's last block, and
-// by lynx::sorted_layout from any ids; B = 0; the device-side token count under graph replay.
+// lynx::route (the fused kernel, in its one launch, and the per-stage path), by lynx::topk_route's
+// last block, and by lynx::sorted_layout from any ids; B = 0; the device-side token count under
+// graph replay.
 // Skips without a CUDA device (the graph test also where the runtime has no graph API).
 #include <gtest/gtest.h>
 
@@ -136,6 +137,59 @@ TEST(DeviceLayout, RouteWritesTheHostLayout) {
     ASSERT_NO_FATAL_FAILURE(check_call<std::int32_t>(entry::route, c, seed++));
   }
   ASSERT_NO_FATAL_FAILURE(check_call<std::int64_t>(entry::route, route_cases[1], 99));
+}
+
+TEST(DeviceLayout, FusedPathRoutesAndLaysOutInOneLaunch) {
+  // On the fused path the layout is the routing kernel's last phase at every tier (the MaxN 128
+  // tiers' 1024-thread kernels included): a captured call is one kernel node and nothing else.
+  SKIP_WITHOUT_DEVICE();
+  const layout_case cases[] = {
+      // n, k, rows, valid, block, policy (at most a row per warp, or the budget: the fused path)
+      {128, 8, 16, 16, 16, lynx::policy::lynx, false, false},
+      {128, 8, 64, 50, 16, lynx::policy::budget, false, false},
+      {64, 6, 1, 1, 16, lynx::policy::lynx, false, false},
+      {256, 8, 16, 12, 16, lynx::policy::piggyback, false, false},
+      {512, 10, 16, 16, 32, lynx::policy::budget, false, false},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(testing::Message() << "n " << c.n << " k " << c.k << " rows " << c.rows);
+    auto p = lynx_test::params(c.n, c.k, 3.0f, 2);
+    p.kind = c.kind;
+    const auto L = lynx_test::random_logits(c.rows, c.n, 7);
+    layout_buffers h(c.rows, c.k, c.n, c.block_size);
+    device_layout dl(h);
+    auto d_L = to_device(L);
+    thrust::device_vector<std::int32_t> d_ids(static_cast<std::size_t>(c.rows) * c.k);
+    thrust::device_vector<float> d_w(d_ids.size());
+    const lynx::batch_ref<float, std::int32_t> batch{thrust::raw_pointer_cast(d_L.data()), c.n, c.rows, c.valid,
+                                                     thrust::raw_pointer_cast(d_ids.data()),
+                                                     thrust::raw_pointer_cast(d_w.data())};
+    ASSERT_EQ(lynx::detail::choose_route_path(c.rows, c.n, c.k), lynx::detail::route_path::fused);
+    std::size_t bytes = 0;
+    ASSERT_EQ(lynx::route(nullptr, bytes, batch, p, dl.ref), cudaSuccess);
+    thrust::device_vector<char> ws(bytes);
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    if (const cudaError_t e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal); e != cudaSuccess) {
+      cudaGetLastError();
+      cudaStreamDestroy(stream);
+      GTEST_SKIP() << "this CUDA runtime cannot capture graphs (" << cudaGetErrorString(e) << ")";
+    }
+    ASSERT_EQ(lynx::route(thrust::raw_pointer_cast(ws.data()), bytes, batch, p, dl.ref, stream), cudaSuccess);
+    cudaGraph_t graph;
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    std::size_t nodes = 0;
+    ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
+    EXPECT_EQ(nodes, 1u);
+    cudaGraphNode_t node;
+    std::size_t one = 1;
+    ASSERT_EQ(cudaGraphGetNodes(graph, &node, &one), cudaSuccess);
+    cudaGraphNodeType type;
+    ASSERT_EQ(cudaGraphNodeGetType(node, &type), cudaSuccess);
+    EXPECT_EQ(type, cudaGraphNodeTypeKernel);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
 }
 
 TEST(DeviceLayout, GridPathWritesTheHostLayout) {

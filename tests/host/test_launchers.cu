@@ -616,8 +616,6 @@ TEST(Launchers, RoutePathChoice) {
   EXPECT_EQ(d::fused_threads(128, true), 512);  // a model router's calls: its row beside the logits
   EXPECT_EQ(d::fused_threads(256, true), 512);
   EXPECT_EQ(d::fused_threads(512, true), 256);
-  EXPECT_FALSE(d::fused_layout(128, false));
-  EXPECT_TRUE(d::fused_layout(128, true));
   EXPECT_EQ(d::warp_row_blocks(1), 1);
   EXPECT_EQ(d::warp_row_blocks(8), 1);
   EXPECT_EQ(d::warp_row_blocks(9), 2);

@@ -2,12 +2,13 @@
 // lynx::block_sorted_layout: the expert-sorted layout of a routed batch (sorted_layout.hpp),
 // block-collective, for the ids a block has just written (the end of lynx::route's fused kernel,
 // topk_route's last block) or any ids. Deterministic without sorting: the per-expert counts are
-// integer atomics, the offsets one cub::BlockScan, and a slot's rank inside its expert is a
+// integer atomics, the offsets a cub::WarpScan in each warp that holds experts plus the warps'
+// totals, and a slot's rank inside its expert is a
 // popcount over bit masks of the slots before it, built a pass of up to BlockThreads slots at a
 // time (one slot a thread; the first pass's masks with the counts, three barriers for each
 // further pass).
 
-#include <cub/block/block_scan.cuh>
+#include <cub/warp/warp_scan.cuh>
 
 #include <cstdint>
 
@@ -49,17 +50,22 @@ class block_sorted_layout {
   static constexpr int mask_chunks = MaskBytes / (4 * MaxN);
   static constexpr int chunks =
       mask_chunks < 1 ? 1 : (mask_chunks > BlockThreads / 32 ? BlockThreads / 32 : mask_chunks);
-  // Warp scans of primitive types: the fewest registers (the fused kernel has 64 at 1024 threads).
-  using scan64_t = cub::BlockScan<std::uint64_t, BlockThreads, cub::BLOCK_SCAN_WARP_SCANS>;
-  using scan32_t = cub::BlockScan<int, BlockThreads, cub::BLOCK_SCAN_WARP_SCANS>;
+  // The offsets scan runs on the warps that hold experts (thread j: experts j * items, ...):
+  // cub::WarpScan in each, then the warps' totals. A cub::BlockScan of the whole block would
+  // add up to 32 warps' totals in every thread, which spills at 1024 threads (64 registers).
+  static constexpr int scan_warps = (MaxN + 32 * items - 1) / (32 * items);
+  using warp_scan64_t = cub::WarpScan<std::uint64_t>;
+  using warp_scan32_t = cub::WarpScan<int>;
 
  public:
   /// Slots a pass places (at most one a thread).
   static constexpr int pass_slots = 32 * chunks;
 
   struct TempStorage {
-    typename scan64_t::TempStorage scan64;
-    typename scan32_t::TempStorage scan32;
+    typename warp_scan64_t::TempStorage scan64[scan_warps];
+    typename warp_scan32_t::TempStorage scan32[scan_warps];
+    std::uint64_t warp_slots[scan_warps];  // each scanning warp's sum of slots_term
+    int warp_blocks[scan_warps];           // and of blocks
     int placed[MaxN];  // per local expert: its slots (counting), then those placed in earlier passes
     int start[MaxN];   // the expert's first position, compact and padded
     int padded_start[MaxN];
@@ -107,8 +113,7 @@ class block_sorted_layout {
     }
     std::uint64_t total;
     int total_blocks;
-    scan64_t(temp_.scan64).ExclusiveSum(at, at, total);
-    scan32_t(temp_.scan32).ExclusiveSum(blocks, blocks, total_blocks);
+    scan(at, blocks, total, total_blocks);
     const int total_slots = detail::term_slots(total), total_active = detail::term_active(total);
 #pragma unroll
     for (int i = 0; i < items; ++i) {
@@ -176,6 +181,43 @@ class block_sorted_layout {
   }
 
  private:
+  /// Exclusive sums over the experts (blocked by thread) of at and blocks, in place, and their
+  /// totals in every thread. Ends with a barrier (the totals were read from shared memory).
+  __device__ __forceinline__ void scan(std::uint64_t (&at)[items], int (&blocks)[items], std::uint64_t& total,
+                                       int& total_blocks) {
+    const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+    if (warp < scan_warps) {  // whole warps: the thread's own sums, scanned across the warp
+      std::uint64_t mine = 0;
+      int mine_blocks = 0;
+#pragma unroll
+      for (int i = 0; i < items; ++i) mine += at[i], mine_blocks += blocks[i];
+      std::uint64_t before, warp_total;
+      int before_blocks, warp_total_blocks;
+      warp_scan64_t(temp_.scan64[warp]).ExclusiveSum(mine, before, warp_total);
+      warp_scan32_t(temp_.scan32[warp]).ExclusiveSum(mine_blocks, before_blocks, warp_total_blocks);
+      if (lane == 0) temp_.warp_slots[warp] = warp_total, temp_.warp_blocks[warp] = warp_total_blocks;
+#pragma unroll
+      for (int i = 0; i < items; ++i) {
+        const std::uint64_t a = at[i];
+        const int b = blocks[i];
+        at[i] = before, blocks[i] = before_blocks;
+        before += a, before_blocks += b;
+      }
+    }
+    __syncthreads();
+    total = 0, total_blocks = 0;
+#pragma unroll
+    for (int w = 0; w < scan_warps; ++w) {  // the warps before this one, then the rest
+      const std::uint64_t a = temp_.warp_slots[w];
+      const int b = temp_.warp_blocks[w];
+      if (w < warp) {
+#pragma unroll
+        for (int i = 0; i < items; ++i) at[i] += a, blocks[i] += b;
+      }
+      total += a, total_blocks += b;
+    }
+  }
+
   /// Slot s's local expert, or -1 (no ids: no slot takes part).
   template <class IdT>
   __device__ __forceinline__ static int local_expert(const IdT* ids, int s, int n, const std::int32_t* map) {

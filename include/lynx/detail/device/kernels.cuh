@@ -46,12 +46,7 @@ __device__ __forceinline__ void any_batch_layout(typename Layout::TempStorage& t
     Layout(temp).run(static_cast<const std::int32_t*>(ids), num_rows, k, n, out);
 }
 
-/// Whether the fused kernel of a tier writes the sorted layout itself. Not at 1024 threads
-/// (MaxN <= 128): in the 64 registers a thread has there, the layout step spills at sm_90, so
-/// lynx::route lays out in one more one-block launch at those tiers.
-LYNX_HD constexpr bool fused_layout(int max_n, bool router) { return fused_threads(max_n, router) < 1024; }
-
-/// With a layout asked for (and fused_layout), the block lays out the ids it has just written,
+/// With a layout asked for, the block lays out the ids it has just written,
 /// in the shared memory the routing used. Router: instantiated for a model router's calls
 /// (block_route::run_router) or for plain ones (run_plain), each with the registers it needs.
 template <int MaxN, int K, bool Router>
@@ -70,11 +65,9 @@ __global__ void __launch_bounds__(fused_threads(MaxN, Router), 1)
     route_t(temp.route).run_router(batch, p, scratch);
   else
     route_t(temp.route).run_plain(batch, p, scratch);
-  if constexpr (fused_layout(MaxN, Router)) {
-    if (!layout.wanted()) return;
-    __syncthreads();
-    any_batch_layout<layout_t>(temp.layout, batch.ids, batch.ids64, batch.num_rows, p.top_k, p.num_experts, layout);
-  }
+  if (!layout.wanted()) return;
+  __syncthreads();
+  any_batch_layout<layout_t>(temp.layout, batch.ids, batch.ids64, batch.num_rows, p.top_k, p.num_experts, layout);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include <thrust/device_vector.h>
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -155,6 +156,7 @@ TEST(DeviceLayout, FusedPathRoutesAndLaysOutInOneLaunch) {
     SCOPED_TRACE(testing::Message() << "n " << c.n << " k " << c.k << " rows " << c.rows);
     auto p = lynx_test::params(c.n, c.k, 3.0f, 2);
     p.kind = c.kind;
+    if (c.kind == lynx::policy::budget) p.budget_fraction = 0.6f;  // a budget policy needs a budget
     const auto L = lynx_test::random_logits(c.rows, c.n, 7);
     layout_buffers h(c.rows, c.k, c.n, c.block_size);
     device_layout dl(h);
@@ -175,20 +177,22 @@ TEST(DeviceLayout, FusedPathRoutesAndLaysOutInOneLaunch) {
       cudaStreamDestroy(stream);
       GTEST_SKIP() << "this CUDA runtime cannot capture graphs (" << cudaGetErrorString(e) << ")";
     }
-    ASSERT_EQ(lynx::route(thrust::raw_pointer_cast(ws.data()), bytes, batch, p, dl.ref, stream), cudaSuccess);
-    cudaGraph_t graph;
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    // The capture ends before any assertion can return (device_vector frees during a capture fail).
+    const cudaError_t routed = lynx::route(thrust::raw_pointer_cast(ws.data()), bytes, batch, p, dl.ref, stream);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+    cudaStreamDestroy(stream);
+    const std::unique_ptr<CUgraph_st, cudaError_t (*)(cudaGraph_t)> owned(graph, cudaGraphDestroy);
+    ASSERT_EQ(routed, cudaSuccess);
+    ASSERT_EQ(ended, cudaSuccess);
     std::size_t nodes = 0;
     ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
-    EXPECT_EQ(nodes, 1u);
-    cudaGraphNode_t node;
-    std::size_t one = 1;
-    ASSERT_EQ(cudaGraphGetNodes(graph, &node, &one), cudaSuccess);
+    ASSERT_EQ(nodes, 1u);
+    cudaGraphNode_t node = nullptr;
+    ASSERT_EQ(cudaGraphGetNodes(graph, &node, &nodes), cudaSuccess);
     cudaGraphNodeType type;
     ASSERT_EQ(cudaGraphNodeGetType(node, &type), cudaSuccess);
     EXPECT_EQ(type, cudaGraphNodeTypeKernel);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
   }
 }
 

@@ -13,8 +13,9 @@
 #define LYNX_HD inline
 #endif
 
-// `#pragma unroll` in code the host compiler also sees (-Wunknown-pragmas there).
-#if defined(__CUDACC__)
+// `#pragma unroll` in code the host compiler also sees: only in nvcc's device pass, since its
+// host pass hands the pragma to the host compiler (-Wunknown-pragmas there).
+#if defined(__CUDA_ARCH__)
 #define LYNX_UNROLL _Pragma("unroll")
 #else
 #define LYNX_UNROLL

@@ -3,10 +3,9 @@
 // block-collective, for the ids a block has just written (the end of lynx::route's fused kernel,
 // topk_route's last block) or any ids. Deterministic without sorting: the per-expert counts are
 // integer atomics, the offsets a cub::WarpScan in each warp that holds experts plus the warps'
-// totals, and a slot's rank inside its expert is a
-// popcount over bit masks of the slots before it, built a pass of up to BlockThreads slots at a
-// time (one slot a thread; the first pass's masks with the counts, three barriers for each
-// further pass).
+// totals, and a slot's rank inside its expert is a popcount over bit masks of the slots before
+// it, built a pass of up to BlockThreads slots at a time (one slot a thread; the first pass's
+// masks with the counts, three barriers for each further pass).
 
 #include <cub/warp/warp_scan.cuh>
 

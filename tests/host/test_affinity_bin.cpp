@@ -10,7 +10,7 @@
 
 #include "../support/params.hpp"
 
-namespace {
+namespace affinity_bin_tests {
 
 using lynx_test::params;
 
@@ -108,4 +108,4 @@ TEST(AffinityBin, BadArgumentsReturnAnErrorAndWriteNothing) {
   for (std::int8_t b : bins) EXPECT_EQ(b, 42);
 }
 
-}  // namespace
+}  // namespace affinity_bin_tests

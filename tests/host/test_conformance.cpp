@@ -12,7 +12,7 @@
 #include "../support/data_dir.hpp"
 #include "../support/json.hpp"
 
-namespace {
+namespace conformance_tests {
 
 TEST(Conformance, AuthorsVectors) {
   const std::string path = lynx_test::shared_dir() + "/data/vectors/lynx_vectors.jsonl";
@@ -51,4 +51,4 @@ TEST(Conformance, AuthorsVectors) {
   EXPECT_EQ(checked, 40);
 }
 
-}  // namespace
+}  // namespace conformance_tests

@@ -17,7 +17,7 @@
 #include "../support/random_logits.hpp"
 #include "../support/reference.hpp"
 
-namespace {
+namespace edge_cases_tests {
 
 constexpr float inf = std::numeric_limits<float>::infinity();
 using lynx_test::params;
@@ -451,4 +451,4 @@ TEST(EdgeCases, ScoringOutOfRangeIsRejected) {
   }
 }
 
-}  // namespace
+}  // namespace edge_cases_tests

@@ -15,7 +15,7 @@
 #include "../support/random_logits.hpp"
 #include "../support/reference.hpp"
 
-namespace {
+namespace host_paths_tests {
 
 namespace d = lynx::detail;
 constexpr float inf = std::numeric_limits<float>::infinity();
@@ -231,4 +231,4 @@ TEST(HostPaths, ExpIsMonotoneAcrossReductionSteps) {
   }
 }
 
-}  // namespace
+}  // namespace host_paths_tests

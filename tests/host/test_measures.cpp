@@ -11,7 +11,7 @@
 #include "../../examples/common/npy.hpp"
 #include "../support/params.hpp"
 
-namespace {
+namespace measures_tests {
 
 TEST(Measures, HandComputedBatch) {
   // 2 tokens, N 4, k 2. Plain top-2: token 0 {0, 1}, token 1 {3, 2}: 4 unique experts.
@@ -55,4 +55,4 @@ TEST(Npy, RoundTripsFloatAndIntArrays) {
   EXPECT_THROW(npy::load(dir + "/missing.npy"), std::runtime_error);
 }
 
-}  // namespace
+}  // namespace measures_tests

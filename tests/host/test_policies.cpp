@@ -15,7 +15,7 @@
 #include "../support/data_dir.hpp"
 #include "../support/random_logits.hpp"
 
-namespace {
+namespace policies_tests {
 
 lynx::route_params params(int n, int k, lynx::policy kind = lynx::policy::lynx) {
   lynx::route_params p;
@@ -348,4 +348,4 @@ TEST(Default, MeetsTheTargetOnTheFlameDecodeTrace) {
   EXPECT_EQ(top1 / batches, 1.0);
 }
 
-}  // namespace
+}  // namespace policies_tests

@@ -16,7 +16,7 @@
 #include "../support/random_logits.hpp"
 #include "../support/reference.hpp"
 
-namespace {
+namespace route_tests {
 
 constexpr float inf = std::numeric_limits<float>::infinity();
 constexpr float nan = std::numeric_limits<float>::quiet_NaN();
@@ -383,4 +383,4 @@ TEST(TopkRoute, MatchesThePlainReference) {
   }
 }
 
-}  // namespace
+}  // namespace route_tests

@@ -19,7 +19,7 @@
 #include "../support/params.hpp"
 #include "../support/random_logits.hpp"
 
-namespace {
+namespace router_tests {
 
 struct routed {
   std::vector<int> ids;
@@ -302,4 +302,4 @@ TEST(Router, ModelRoutingConstants) {
   }
 }
 
-}  // namespace
+}  // namespace router_tests

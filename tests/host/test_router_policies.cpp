@@ -23,7 +23,7 @@
 #include "../support/params.hpp"
 #include "../support/random_logits.hpp"
 
-namespace {
+namespace router_policies_tests {
 
 using lynx::policy;
 
@@ -423,4 +423,4 @@ TEST(RouterPolicies, TheStagedLynxPolicyRefusesRouters) {
   EXPECT_EQ(ids, run(true, L, 3, 3, p).ids);
 }
 
-}  // namespace
+}  // namespace router_policies_tests

@@ -12,7 +12,7 @@
 
 #include <lynx/host.hpp>
 
-namespace {
+namespace row_math_tests {
 
 TEST(RowMath, ExpIsAccurateEverywhereItIsUsed) {
   double worst = 0;
@@ -153,9 +153,9 @@ TEST(RowMath, EqualWeightsGoToTheLowerId) {
   EXPECT_EQ(w[0], 1.0f);
 }
 
-}  // namespace
+}  // namespace row_math_tests
 
-namespace {
+namespace row_math_tests {
 
 TEST(RowMath, CanonicalRowSumIsTheWarpButterfly) {
   // The butterfly sum differs from a left-to-right sum only by rounding, and every lane of the
@@ -217,4 +217,4 @@ TEST(RowMath, BudgetSlotInsertsAreTheHostsInsert) {
   EXPECT_GT(ties, 100);
 }
 
-}  // namespace
+}  // namespace row_math_tests

@@ -6,7 +6,7 @@
 
 #include <lynx/host.hpp>
 
-namespace {
+namespace score_experts_tests {
 
 lynx::route_params params(int n, int beta) {
   lynx::route_params p;
@@ -64,4 +64,4 @@ TEST(ScoreExperts, RanksOrderTheExactSupportInsideEveryTokensBin) {
   }
 }
 
-}  // namespace
+}  // namespace score_experts_tests

@@ -18,7 +18,7 @@
 #include "../support/params.hpp"
 #include "../support/random_logits.hpp"
 
-namespace {
+namespace sorted_layout_tests {
 
 using lynx_test::layout_buffers;
 
@@ -290,4 +290,4 @@ TEST(SortedLayout, BadLayoutsAreRejectedAndWriteNothing) {
   EXPECT_NE(std::string(lynx::status_string(lynx::status::invalid_layout)), "unknown status");
 }
 
-}  // namespace
+}  // namespace sorted_layout_tests

@@ -1,6 +1,7 @@
 #pragma once
 // Routing a whole trace with one policy at one batch size, on the device or the host path,
-// and the SPEC §6 measures of the result (shared by lynx_replay and lynx_frontier).
+// and the SPEC §6 measures of the result (shared by lynx_replay and lynx_frontier). A program
+// compiled as plain C++ (lynx_frontier) gets the host path only: the launchers need nvcc.
 
 #include <cmath>
 #include <cstdio>
@@ -9,7 +10,14 @@
 #include <string>
 #include <vector>
 
+#ifdef __CUDACC__
 #include <lynx/lynx.cuh>
+#else
+#include <cuda_runtime_api.h>
+
+#include <lynx/host.hpp>
+#include <lynx/measures.hpp>
+#endif
 
 #include "trace.hpp"
 
@@ -33,6 +41,9 @@ class router {
   /// With a model router's bias (docs/ROUTERS.md), each call copies its layer's bias to the device.
   router(bool use_device, int max_rows, const lynx::route_params& p) : device_(use_device), p_(p) {
     if (!device_) return;
+#ifndef __CUDACC__
+    throw std::logic_error("router: compiled without the device launchers (not by nvcc)");
+#else
     const std::size_t n = static_cast<std::size_t>(max_rows) * p.num_experts, nk = static_cast<std::size_t>(max_rows) * p.top_k;
     std::size_t a = 0, b = 0;
     LYNX_CUDA_OK((lynx::route<float, int>(nullptr, a, nullptr, p.num_experts, max_rows, max_rows, p, nullptr, nullptr)));
@@ -43,6 +54,7 @@ class router {
     LYNX_CUDA_OK(cudaMalloc(&ids_, nk * sizeof(int)));
     LYNX_CUDA_OK(cudaMalloc(&weights_, nk * sizeof(float)));
     if (p.router.bias) LYNX_CUDA_OK(cudaMalloc(&bias_, p.num_experts * sizeof(float)));
+#endif
   }
   ~router() {
     if (!device_) return;
@@ -66,6 +78,7 @@ class router {
       if (s != lynx::status::success) throw std::runtime_error(lynx::status_string(s));
       return;
     }
+#ifdef __CUDACC__
     const std::size_t nk = static_cast<std::size_t>(rows) * p_.top_k;
     LYNX_CUDA_OK(cudaMemcpy(logits_, logits, static_cast<std::size_t>(rows) * n * sizeof(float), cudaMemcpyHostToDevice));
     lynx::route_params q = layer_p;
@@ -80,6 +93,7 @@ class router {
       LYNX_CUDA_OK(lynx::topk_route(ws_, bytes, logits_, n, rows, rows, q, ids_, weights_));
     LYNX_CUDA_OK(cudaMemcpy(ids, ids_, nk * sizeof(int), cudaMemcpyDeviceToHost));
     LYNX_CUDA_OK(cudaMemcpy(weights, weights_, nk * sizeof(float), cudaMemcpyDeviceToHost));
+#endif
   }
 
  private:

@@ -76,19 +76,18 @@ LYNX_HD float share_slot(float old, float old_above, bool first, float share) {
 }
 
 /// share_insert for a list of k <= K shares (share above its last) at top[0], top[stride], ...,
-/// slot by slot (share_slot). Returns the new k-th.
+/// slot by slot (share_slot), the last first: each slot reads the old one above it before
+/// that one is written, so no copy of the list is needed (registers, in a kernel). Returns the
+/// new k-th.
 template <int K>
 LYNX_HD float share_insert_k(float* top, int stride, int k, float share) {
-  float old[K];
-  LYNX_UNROLL
-  for (int i = 0; i < K; ++i) old[i] = i < k ? top[i * stride] : 0.0f;
   float kth = 0.0f;
   LYNX_UNROLL
-  for (int i = 0; i < K; ++i) {
-    if (i >= k) break;
-    const float v = share_slot(old[i], i == 0 ? 0.0f : old[i - 1], i == 0, share);
+  for (int i = K - 1; i >= 0; --i) {
+    if (i >= k) continue;
+    const float v = share_slot(top[i * stride], i == 0 ? 0.0f : top[(i - 1) * stride], i == 0, share);
     top[i * stride] = v;
-    kth = v;
+    if (i == k - 1) kth = v;
   }
   return kth;
 }

@@ -6,15 +6,14 @@
 // of their terms. The block computes the shares (a warp per token, token-major, in shared memory
 // when they fit, else in the global scratch), inserts K0 by a top-k inside it, and adds each
 // token's gain terms into the candidates' gains with shared-memory atomics. Then the steps, with
-// no block-wide barrier: up to 32 * token_slots rows, the warps that own candidates (up to 8)
-// keep every token's k best shares inside K in registers and meet once a round at named
-// barrier 1, where each offers its best candidates, and every warp takes the steps those
-// offers decide on its own (steps_resident); above that, the warps that own candidates insert
-// a token a thread and list the moved tokens, with two barriers a step at named barrier 1 too
-// (one warp alone was 2.3-4.6x slower there at T 256 on an H200). So at any row count, a caller
-// that composes block_budget must not use barrier 1 in those warps while it runs. A step is a
-// (gain, id) argmax, the chosen expert's share inserted into each token's k best inside K, and,
-// for each token whose k-th best moved (a few a step), its terms of the gains replaced.
+// no block-wide barrier: up to 32 * token_slots rows, the warps that own candidates keep their
+// gains and every token's k best shares inside K in registers and meet once a step at named
+// barrier 1; above that, the same warps keep the gains in shared memory, insert a token a
+// thread and list the moved tokens, with two barriers a step at named barrier 1 too (one warp
+// alone was 2.3-4.6x slower there at T 256 on an H200). So at any row count, a caller that
+// composes block_budget must not use barrier 1 in those warps while it runs. A step is a (gain, id) argmax, the chosen
+// expert's share inserted into each token's k best inside K, and, for each token whose k-th
+// best moved (a few a step), every owner replacing that token's terms of its gains.
 
 #include <cstdint>
 
@@ -79,12 +78,6 @@ class block_budget {
   // The steps up to 32 * token_slots rows: warps with a thread per expert, as many as the block has.
   static constexpr int stepping_warps = MaxN / 32 < warps ? MaxN / 32 : warps;
   static constexpr int token_slots = 2;
-  // The warps of those steps (at most 8, so that each offers 3 or more candidates a round) and
-  // the candidates each offers (a lane each, in lanes 0-30 of every such warp).
-  static constexpr int resident_warps = stepping_warps < 8 ? stepping_warps : 8;
-  static constexpr int offered = 31 / resident_warps < 8 ? 31 / resident_warps : 8;
-  // kth[] also holds each of those warps' k-ths at the start of a round.
-  static constexpr int kth_capacity = MaxRows > resident_warps * 32 * token_slots ? MaxRows : resident_warps * 32 * token_slots;
   // Above 32 * token_slots rows: thread j of the stepping threads owns experts j, j + S, ...
   static constexpr int per_thread = (MaxN + BlockThreads - 1) / BlockThreads;
   static constexpr int max_moved = 64;  // a longer list: the next step sums every gain afresh
@@ -92,7 +85,7 @@ class block_budget {
 
  public:
   struct TempStorage {
-    float kth[kth_capacity];     // each token's k-th best share inside K
+    float kth[MaxRows];          // each token's k-th best share inside K
     float share[ShareCapacity];  // share[t * stride + e], stride = n | 1 (odd: a column is conflict-free)
     float top[TopCapacity];      // top[j * rows + t]: token t's j-th best share inside K
     gain_t gain[MaxN];           // every expert's gain for K0, summed by the block
@@ -100,10 +93,9 @@ class block_budget {
     gain_t target;               // the mass mode's target for it (budget_mass times the voters)
     int limit;                   // the count limit (budget_limit)
     int size, bulk;
-    std::uint64_t offer[2][31];             // up to 32 * token_slots rows: each stepping warp's
-                                            // best candidates of a round (gain_key, 0: none),
-    std::uint64_t bound[2][resident_warps];  // and its last when it kept others back (else 0);
-                                            // two sets, rounds alternate
+    std::uint64_t slot_key[2][stepping_warps];  // up to 32 * token_slots rows: each stepping warp's
+                                                // best candidate of a step (gain_key, 0: none);
+                                                // two sets, steps alternate
     gain_t warp_gain[stepping_warps];           // above: each stepping warp's best gain,
     int warp_best[stepping_warps];              // and its id (-1: none)
     int moved_count[2];                   // above 32 * token_slots rows: the tokens whose k-th
@@ -213,12 +205,12 @@ class block_budget {
     const bool packed = __syncthreads_and(most < (gain_t{1} << 47));
     int size = 0;
     if (rows <= 32 * token_slots && packed) {
-      if (warp < resident_warps) size = steps_resident(rows, p, anchors, active, share, stride, top_all, kth);
+      if (warp < stepping_warps) size = steps_resident(rows, p, anchors, active, share, stride, top_all, kth);
     } else {
       size = steps_block(packed, rows, p, anchors, active, share, stride, top_all, kth);
     }
     // The gains vanished below k experts (every share left underflows): K takes the rows' plain
-    // top-k in turn, as the host's fill_from_plain. (Thread 0 has seen every bit of the steps.)
+    // top-k in turn, as the host's fill_from_plain. (Thread 0 set every bit of the steps.)
     if (threadIdx.x == 0 && size < k)
       for (int t = 0; t < rows && size < k; ++t)
         if (votes[t])
@@ -231,34 +223,31 @@ class block_budget {
           }
   }
 
-  /// The steps up to 32 * token_slots rows (gains packed), in rounds, by resident_warps warps
-  /// with one named barrier (id 1) a round. Thread j of them owns the gains of experts j, j + S,
-  /// ... (S = their threads; in temp_.gain, touched once a round), and every warp keeps every
-  /// token's k best shares inside K in registers (lane l: tokens l, l + 32, ...). A round: each
-  /// warp offers its `offered` best (gain, id) keys, and the last of them when it kept others
-  /// back (two sets of slots, alternating, so one barrier a round suffices); the barrier; then
-  /// every warp takes the round's steps on its own, all alike, with a lane an offered candidate
-  /// whose gain it keeps exact. A step: the best offered key is the host's argmax unless it is
-  /// below the largest last offer of a warp that kept candidates back (theirs lie below that,
-  /// and gains only shrink), which ends the round; the warp inserts the chosen expert's share
-  /// into its lists, and for each token whose k-th moved (a few a step) each lane replaces
-  /// that token's term of its candidate's gain. At the round's end every thread replaces its
-  /// own gains' terms of the tokens whose k-th moved in the round, once each. So a barrier
-  /// serves several steps. As the host's: to the limit, or in mass mode to the target, but not
-  /// below k experts. Returns K's size.
+  /// The steps up to 32 * token_slots rows (gains packed), by stepping_warps warps with one
+  /// named barrier (id 1) a step. Thread j of them keeps the gains of experts j, j + S, ...
+  /// (S = their threads) in registers, and every warp keeps every token's k best shares inside
+  /// K in registers (lane l: tokens l, l + 32, ...), so each warp inserts the chosen expert's
+  /// share on its own and knows which tokens moved without another barrier. A step: each warp's
+  /// best (gain, id) key to a slot (two sets of slots, alternating, so one barrier a step
+  /// suffices); the barrier; every thread reads the slots' keys and takes their max (the
+  /// host's argmax: the larger gain, then the lower id), and every warp inserts its share (the
+  /// second token slot only above 32 rows); for each token whose k-th moved, every thread
+  /// replaces that token's terms of its gains (an exact sum: the fresh gains). As the host's:
+  /// to the limit, or in mass mode to the target, but not below k experts. Returns K's size.
   __device__ __forceinline__ int steps_resident(int rows, const route_params& p, const std::uint32_t* anchors,
                                                 std::uint32_t* active, const float* share, int stride,
                                                 const float* top_all, const float* kth_all) {
-    constexpr int threads = 32 * resident_warps, owned = (MaxN + threads - 1) / threads;
+    constexpr int threads = 32 * stepping_warps, owned = (MaxN + threads - 1) / threads;
     const int n = p.num_experts, k = p.top_k, lane = detail::lane_id(), warp = threadIdx.x / 32;
-    // Thread j's gains, temp_.gain[j + threads * i], are its own from here on (touched once a
-    // round). Bit i of closed: expert j + threads * i is in K or beyond N.
-    gain_t* const gain = temp_.gain;
-    std::uint32_t closed = 0;
+    gain_t gain[owned];
+    // Bit i: expert threadIdx.x + threads * i is in K or beyond N (closed), or an anchor.
+    std::uint32_t closed = 0, anchored = 0;
 #pragma unroll
     for (int i = 0; i < owned; ++i) {
       const int e = threadIdx.x + threads * i;
+      gain[i] = e < n ? temp_.gain[e] : gain_t{0};
       if (e >= n || detail::test_bit(active, e)) closed |= 1u << i;
+      if (e < n && detail::test_bit(anchors, e)) anchored |= 1u << i;
     }
     float top[token_slots][K], kth[token_slots];
 #pragma unroll
@@ -268,118 +257,86 @@ class block_budget {
 #pragma unroll
       for (int j = 0; j < K; ++j) top[r][j] = t < rows && j < k ? top_all[static_cast<std::size_t>(j) * rows + t] : 0.0f;
     }
-    // The mass still missing to the target (0: reached; total < target, as the host's).
-    gain_t missing = temp_.total < temp_.target ? temp_.target - temp_.total : 0;
-    int size = temp_.size, set = 0;
-    const auto stop = [&](int phase) {
-      return size >= temp_.limit || (phase == 1 && size >= k && p.budget_mass > 0.0f && missing == 0);
-    };
-    // For each token of slot r whose k-th moved (bit l of moved: token l + 32 r, whose k-th
-    // went from was to now in lane l), f(its shares, was, now).
-    const auto each_moved = [&](int r, unsigned moved, float was, float now, auto&& f) {
-#pragma unroll 1
-      for (; moved != 0; moved &= moved - 1) {
-        const int from = __ffs(moved) - 1;
-        f(share + static_cast<std::size_t>(32 * r + from) * stride, __shfl_sync(detail::full_mask, was, from),
-          __shfl_sync(detail::full_mask, now, from));
-      }
-    };
+    const gain_t target = temp_.target;
+    const int limit = temp_.limit;
+    gain_t total = temp_.total;
+    int size = temp_.size, slot = 0;
     for (int phase = temp_.bulk ? 1 : 0; phase < 2; ++phase) {
-      bool over = false;  // the phase ended: no candidate left, or none with a gain
-      while (!over && !stop(phase)) {
-        // The warp's `offered` best keys, best first (lane j: the j-th), and whether it keeps
-        // others back.
-        std::uint32_t left = ~closed;
+      while (!(size >= limit || (phase == 1 && size >= k && p.budget_mass > 0.0f && !(total < target)))) {
+        const std::uint32_t open = (phase == 1 ? ~0u : anchored) & ~closed;
+        gain_t g = 0;  // this thread's best candidate (ascending ids: the first of equal gains)
+        int c = -1;
 #pragma unroll
         for (int i = 0; i < owned; ++i)
-          if (phase == 0 && (threadIdx.x + threads * i >= n || !detail::test_bit(anchors, threadIdx.x + threads * i)))
-            left &= ~(1u << i);
-        std::uint64_t offer = 0;
-#pragma unroll 1
-        for (int j = 0; j < offered; ++j) {
-          std::uint64_t own = 0;  // this thread's best candidate not yet offered
-          int at = 0;
-#pragma unroll
-          for (int i = 0; i < owned; ++i) {
-            const int e = threadIdx.x + threads * i;
-            const std::uint64_t key = ((left >> i) & 1u) ? detail::gain_key(gain[e], e) : 0;
-            if (key > own) own = key, at = i;
-          }
-          const std::uint64_t best = detail::warp_max_key(own);
-          if (best == 0) break;  // uniform
-          if (own == best) left &= ~(1u << at);
-          if (lane == j) offer = best;
-        }
-        const bool kept_back = __any_sync(detail::full_mask, left != 0);
-        const std::uint64_t last = __shfl_sync(detail::full_mask, offer, offered - 1);
-        if (lane < offered) temp_.offer[set][warp * offered + lane] = offer;
-        if (lane == 0) temp_.bound[set][warp] = kept_back ? last : 0;
+          if (((open >> i) & 1u) && (c < 0 || gain[i] > g)) g = gain[i], c = threadIdx.x + threads * i;
+        // The warp's best key in its slot (0: none); the warps' best is the max of the slots.
+        const std::uint64_t key = detail::warp_max_key(detail::gain_key(g, c));
+        if (lane == 0) temp_.slot_key[slot][warp] = key;
         asm volatile("bar.sync 1, %0;" ::"n"(threads) : "memory");
-        // Lane 31 holds the bound, less one: the largest last offer of a warp that kept
-        // candidates back, whose keys lie below it (and gains only shrink).
-        const std::uint64_t bound = detail::warp_max_key(lane < resident_warps ? temp_.bound[set][lane] : 0);
-        std::uint64_t cand = lane < offered * resident_warps ? temp_.offer[set][lane] : lane == 31 && bound ? bound - 1 : 0;
-        set ^= 1;
-        // The round's first k-ths, for the round's end: in this warp's part of temp_.kth,
-        // which every stepping warp has read before its first barrier.
-#pragma unroll
-        for (int r = 0; r < token_slots; ++r) temp_.kth[32 * (token_slots * warp + r) + lane] = kth[r];
-        while (!stop(phase)) {
-          const std::uint64_t best = detail::warp_max_key(cand);
-          over = best == 0;  // no candidate at all
-          if (over || (__ballot_sync(detail::full_mask, cand == best) >> 31)) break;  // else the next round
-          const gain_t g = detail::key_gain(best);
-          const int c = detail::key_expert(best);
-          if (phase == 1 && g == 0) {
-            over = true;
-            break;
-          }
-          if (cand == best) cand = 0;
-          if (c % threads == threadIdx.x) closed |= 1u << (c / threads);
-          missing = missing > g ? missing - g : 0;
-          ++size;
-#pragma unroll
-          for (int r = 0; r < token_slots; ++r) {
-            if (r > 0 && rows <= 32 * r) break;  // no token in this slot (uniform)
-            const int t = lane + 32 * r;
-            const float was = kth[r];
-            if (t < rows) {
-              const float s = share[static_cast<std::size_t>(t) * stride + c];
-              if (s > was) kth[r] = detail::share_insert_k<K>(top[r], 1, k, s);
-            }
-            each_moved(r, __ballot_sync(detail::full_mask, kth[r] != was), was, kth[r], [&](const float* st, float w, float v) {
-              if (cand && lane != 31) {  // gain_key is linear in the gain
-                const float sh = st[detail::key_expert(cand)];
-                cand -= (detail::share_gain(sh, w) - detail::share_gain(sh, v)) << 16;
-              }
-            });
-          }
-        }
-        // The round's moved tokens, once each: every thread replaces their terms of its gains.
+        const std::uint64_t best = slots_max(temp_.slot_key[slot]);
+        g = best ? detail::key_gain(best) : 0;
+        c = best ? detail::key_expert(best) : -1;
+        slot ^= 1;
+        if (c < 0 || (phase == 1 && g == 0)) break;
+        if (c % threads == threadIdx.x) closed |= 1u << (c / threads);
+        if (threadIdx.x == 0) detail::set_bit(active, c);
+        total += g;
+        ++size;
 #pragma unroll
         for (int r = 0; r < token_slots; ++r) {
-          const float was = temp_.kth[32 * (token_slots * warp + r) + lane];
-          each_moved(r, __ballot_sync(detail::full_mask, kth[r] != was), was, kth[r], [&](const float* st, float w, float v) {
+          if (r > 0 && rows <= 32 * r) break;  // no token in this slot (uniform)
+          const int t = lane + 32 * r;
+          const float was = kth[r];
+          if (t < rows) {
+            const float s = share[static_cast<std::size_t>(t) * stride + c];
+            if (s > was) kth[r] = detail::share_insert_k<K>(top[r], 1, k, s);
+          }
+          // For each token whose k-th moved, every thread replaces its terms of the gains. Two
+          // tokens an iteration below 1024 threads (their shuffles and share reads overlap); at
+          // 1024 threads (64 registers) the second token's state spills, so one.
+          const unsigned moved = __ballot_sync(detail::full_mask, kth[r] != was);
+          if constexpr (BlockThreads < 1024) {
+#pragma unroll 1
+            for (unsigned m = moved; m != 0;) {
+              const int a = __ffs(m) - 1;
+              m &= m - 1;
+              const bool two = m != 0;  // uniform
+              const int b = two ? __ffs(m) - 1 : a;
+              m &= m - 1;
+              const float wa = __shfl_sync(detail::full_mask, was, a), va = __shfl_sync(detail::full_mask, kth[r], a);
+              const float wb = __shfl_sync(detail::full_mask, was, b), vb = __shfl_sync(detail::full_mask, kth[r], b);
+              const float* sa = share + static_cast<std::size_t>(32 * r + a) * stride;
+              const float* sb = share + static_cast<std::size_t>(32 * r + b) * stride;
 #pragma unroll
-            for (int i = 0; i < owned; ++i) {
-              const int e = threadIdx.x + threads * i;
-              if (e < n) {
-                const float sh = st[e];
-                gain[e] -= detail::share_gain(sh, w) - detail::share_gain(sh, v);
+              for (int i = 0; i < owned; ++i) {
+                const int e = threadIdx.x + threads * i;
+                if (e < n) {
+                  const float ha = sa[e], hb = sb[e];
+                  const gain_t da = detail::share_gain(ha, wa) - detail::share_gain(ha, va);
+                  const gain_t db = two ? detail::share_gain(hb, wb) - detail::share_gain(hb, vb) : gain_t{0};
+                  gain[i] -= da + db;
+                }
               }
             }
-          });
+          } else {
+#pragma unroll 1
+            for (unsigned m = moved; m != 0; m &= m - 1) {
+              const int from = __ffs(m) - 1;
+              const float w = __shfl_sync(detail::full_mask, was, from), v = __shfl_sync(detail::full_mask, kth[r], from);
+              const float* st = share + static_cast<std::size_t>(32 * r + from) * stride;
+#pragma unroll
+              for (int i = 0; i < owned; ++i) {
+                const int e = threadIdx.x + threads * i;
+                if (e < n) {
+                  const float sh = st[e];
+                  gain[i] -= detail::share_gain(sh, w) - detail::share_gain(sh, v);
+                }
+              }
+            }
+          }
         }
       }
     }
-    // The experts the steps took join K (with K0's again), each set by its owner; then thread 0
-    // may read K.
-#pragma unroll
-    for (int i = 0; i < owned; ++i) {
-      const int e = threadIdx.x + threads * i;
-      if (e < n && ((closed >> i) & 1u)) detail::set_bit(active, e);
-    }
-    asm volatile("bar.sync 1, %0;" ::"n"(threads) : "memory");
     return size;
   }
 
@@ -502,6 +459,21 @@ class block_budget {
       barrier();  // a step that ended the phase: its warp results are read before the next writes
     }
     return size;
+  }
+
+  /// The largest of the stepping warps' slot keys, read by every thread: a short chain of
+  /// 64-bit maxes. (A warp max of them, a lane a slot, cost more in GPGPU-Sim at four slots:
+  /// before sm_80 a warp max is a butterfly of shuffles.)
+  static __device__ __forceinline__ std::uint64_t slots_max(const std::uint64_t* slot) {
+    // A tree of maxima (depth log2 of the warps, not a chain): the loads all issue first.
+    std::uint64_t v[stepping_warps];
+#pragma unroll
+    for (int w = 0; w < stepping_warps; ++w) v[w] = slot[w];
+#pragma unroll
+    for (int half = 1; half < stepping_warps; half *= 2)
+#pragma unroll
+      for (int w = 0; w + half < stepping_warps; w += 2 * half) v[w] = v[w + half] > v[w] ? v[w + half] : v[w];
+    return v[0];
   }
 
   static __device__ __forceinline__ gain_t warp_sum64(gain_t v) {

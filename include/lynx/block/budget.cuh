@@ -461,11 +461,11 @@ class block_budget {
     return size;
   }
 
-  /// The largest of the stepping warps' slot keys, read by every thread: a short chain of
-  /// 64-bit maxes. (A warp max of them, a lane a slot, cost more in GPGPU-Sim at four slots:
-  /// before sm_80 a warp max is a butterfly of shuffles.)
+  /// The largest of the stepping warps' slot keys, read by every thread: every load first,
+  /// then a tree of 64-bit maxes (depth log2 of the warps, not a chain). (A warp max of them,
+  /// a lane a slot, cost more in GPGPU-Sim at four slots: before sm_80 a warp max is a
+  /// butterfly of shuffles.)
   static __device__ __forceinline__ std::uint64_t slots_max(const std::uint64_t* slot) {
-    // A tree of maxima (depth log2 of the warps, not a chain): the loads all issue first.
     std::uint64_t v[stepping_warps];
 #pragma unroll
     for (int w = 0; w < stepping_warps; ++w) v[w] = slot[w];

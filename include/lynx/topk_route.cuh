@@ -17,11 +17,10 @@ namespace lynx {
 /// -> top-k), or the model's own router where p.router describes one (groups, a correction
 /// bias in device memory, a scaling factor: params.hpp). alpha, beta, the policy and the pinned
 /// rows are not used, but the parameters must pass lynx::check, so that one route_params serves
-/// both calls. Same conventions as lynx::route,
-/// workspace query included (null workspace: only the size, no data pointer looked at). One
-/// memset of a few words and one kernel launch. With a sorted_layout_ref that asks for any
-/// array, the last block to finish also writes the expert-sorted layout (as lynx::route does),
-/// in the same launch.
+/// both calls. Same conventions as lynx::route, workspace query included (null workspace: only
+/// the size, no data pointer looked at). Up to 8 rows one kernel launch; above, a memset of a
+/// few words before it. With a sorted_layout_ref that asks for any array, the last block to
+/// finish also writes the expert-sorted layout (as lynx::route does), in the same launch.
 template <class T, class IdT>
 cudaError_t topk_route(void* workspace, std::size_t& workspace_bytes, const batch_ref<T, IdT>& batch,
                        const route_params& p, const sorted_layout_ref& layout, cudaStream_t stream = 0) {
@@ -41,9 +40,10 @@ cudaError_t topk_route(void* workspace, std::size_t& workspace_bytes, const batc
                            : cudaSuccess;
   if (const status s = check_pointers(batch.valid, {batch.logits, batch.ids, batch.weights}); s != status::success)
     return detail::to_cuda_error(s);
-  if (const cudaError_t e = cudaMemsetAsync(ws.state, 0, (detail::set_words + 1) * sizeof(std::uint32_t), stream);
-      e != cudaSuccess)
-    return e;
+  if (detail::topk_route_zeroes_state(batch.num_rows))
+    if (const cudaError_t e = cudaMemsetAsync(ws.state, 0, (detail::set_words + 1) * sizeof(std::uint32_t), stream);
+        e != cudaSuccess)
+      return e;
   return detail::dispatch_tier(detail::choose_tier(p.num_experts, p.top_k), [&](auto max_n, auto max_k) {
     constexpr int MaxN = decltype(max_n)::value, K = decltype(max_k)::value;
     detail::topk_route_kernel<MaxN, K>

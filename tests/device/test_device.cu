@@ -81,8 +81,11 @@ void device_route(const std::vector<T>& L, int rows, int b, const lynx::route_pa
 
 using lynx_test::entry;
 
+/// ws_fill >= 0: the workspace is filled with that byte before the call (a launcher must not
+/// rely on what an earlier call, or the caller, left there).
 template <class T, class IdT>
-void compare_with_host(entry which, const std::vector<float>& Lf, int rows, int b, const lynx::route_params& p) {
+void compare_with_host(entry which, const std::vector<float>& Lf, int rows, int b, const lynx::route_params& p,
+                       int ws_fill = -1) {
   const std::vector<T> L = convert<T>(Lf);
   const int k = p.top_k;
   std::vector<IdT> want_ids(static_cast<std::size_t>(rows) * k, IdT(-5));
@@ -101,6 +104,7 @@ void compare_with_host(entry which, const std::vector<float>& Lf, int rows, int 
   std::size_t bytes = 0;
   ASSERT_EQ(dev_call(nullptr, bytes, lynx::batch_ref<T, IdT>{nullptr, p.num_experts, rows, b}, p), cudaSuccess);
   thrust::device_vector<char> ws(bytes);
+  if (ws_fill >= 0) ASSERT_EQ(cudaMemset(thrust::raw_pointer_cast(ws.data()), ws_fill, bytes), cudaSuccess);
   ASSERT_EQ(dev_call(thrust::raw_pointer_cast(ws.data()), bytes,
                      lynx::batch_ref<T, IdT>{thrust::raw_pointer_cast(d_L.data()), p.num_experts, rows, b,
                                              thrust::raw_pointer_cast(d_ids.data()), thrust::raw_pointer_cast(d_w.data())},
@@ -151,6 +155,60 @@ TEST(Device, RouteMatchesHostHalfInt64) { SKIP_WITHOUT_DEVICE(); all_shapes<__ha
 TEST(Device, RouteMatchesHostBf16Int32) { SKIP_WITHOUT_DEVICE(); all_shapes<__nv_bfloat16, std::int32_t>(entry::route); }
 TEST(Device, TopkRouteMatchesHostFloatInt64) { SKIP_WITHOUT_DEVICE(); all_shapes<float, std::int64_t>(entry::topk); }
 TEST(Device, TopkRouteMatchesHostBf16Int32) { SKIP_WITHOUT_DEVICE(); all_shapes<__nv_bfloat16, std::int32_t>(entry::topk); }
+
+TEST(Device, TopkRouteIsOneKernelUpToEightRows) {
+  // A captured topk_route call is one kernel node up to 8 rows (one block: no memset), and a
+  // memset and a kernel above.
+  SKIP_WITHOUT_DEVICE();
+  const int n = 128, k = 8;
+  const auto p = params(n, k);
+  for (const int rows : {1, 8, 9}) {
+    SCOPED_TRACE(testing::Message() << "rows " << rows);
+    const auto L = lynx_test::random_logits(rows, n, 5);
+    auto d_L = to_device(L);
+    thrust::device_vector<std::int32_t> d_ids(static_cast<std::size_t>(rows) * k);
+    thrust::device_vector<float> d_w(d_ids.size());
+    const lynx::batch_ref<float, std::int32_t> batch{thrust::raw_pointer_cast(d_L.data()), n, rows, rows,
+                                                     thrust::raw_pointer_cast(d_ids.data()),
+                                                     thrust::raw_pointer_cast(d_w.data())};
+    std::size_t bytes = 0;
+    ASSERT_EQ(lynx::topk_route(nullptr, bytes, batch, p), cudaSuccess);
+    thrust::device_vector<char> ws(bytes);
+    const auto graph = lynx_test::capture_call([&](cudaStream_t stream) {
+      return lynx::topk_route(thrust::raw_pointer_cast(ws.data()), bytes, batch, p, stream);
+    });
+    if (!graph.supported) GTEST_SKIP() << "this CUDA runtime cannot capture graphs";
+    ASSERT_EQ(graph.called, cudaSuccess);
+    ASSERT_EQ(graph.ended, cudaSuccess);
+    const auto count = [&](cudaGraphNodeType type) {
+      return static_cast<int>(std::count(graph.nodes.begin(), graph.nodes.end(), type));
+    };
+    EXPECT_EQ(count(cudaGraphNodeTypeKernel), 1);
+    EXPECT_EQ(count(cudaGraphNodeTypeMemset), rows > 8 ? 1 : 0);
+    EXPECT_EQ(static_cast<int>(graph.nodes.size()), count(cudaGraphNodeTypeKernel) + count(cudaGraphNodeTypeMemset));
+  }
+}
+
+TEST(Device, TopkRouteIgnoresAStaleWorkspace) {
+  // Up to 8 rows (one block) topk_route sets no memset: its kernel must not read the workspace's
+  // plain set or block counter. With every workspace byte 0xFF, a kernel that did would pad with
+  // experts no row chose, or no block would think it the last and pad nothing. Above 8 rows
+  // the memset clears them. Rows with padding (b < rows) and a dead row, where pads are written.
+  SKIP_WITHOUT_DEVICE();
+  struct stale_case {
+    int n, k, b, rows;
+  };
+  const stale_case cases[] = {{128, 8, 1, 1}, {128, 8, 1, 3}, {256, 8, 5, 8}, {64, 6, 8, 8}, {128, 8, 7, 9}, {160, 6, 12, 16}};
+  std::uint32_t seed = 40;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(testing::Message() << "n " << c.n << " k " << c.k << " b " << c.b << " rows " << c.rows);
+    auto L = lynx_test::random_logits(c.rows, c.n, seed++, 1.5f);
+    if (c.b > 2)
+      for (int e = 0; e < c.n; ++e) L[static_cast<std::size_t>(c.n) + e] = -INFINITY;  // row 1 does not vote
+    const auto p = params(c.n, c.k, 1.0f, 2, lynx::scoring::softmax, true);
+    ASSERT_NO_FATAL_FAILURE((compare_with_host<float, std::int32_t>(entry::topk, L, c.rows, c.b, p, 0xFF)));
+  }
+}
 
 /// A policy and its settings, for the policy tests at several tiers.
 struct policy_case {

@@ -622,6 +622,15 @@ TEST(Launchers, RoutePathChoice) {
   EXPECT_EQ(d::warp_row_blocks(700), 88);
 }
 
+TEST(Launchers, TopkRouteZeroesItsStateOnlyAboveOneBlock) {
+  // Up to 8 rows topk_route is one launch: its kernel keeps the plain set in shared memory and
+  // counts no blocks, so no memset comes first (an engine's own top-k is one kernel too).
+  for (const int rows : {1, 2, 7, 8}) EXPECT_FALSE(d::topk_route_zeroes_state(rows)) << "rows " << rows;
+  for (const int rows : {9, 16, 64, 100000}) EXPECT_TRUE(d::topk_route_zeroes_state(rows)) << "rows " << rows;
+  EXPECT_EQ(d::warp_row_blocks(8), 1);
+  EXPECT_EQ(d::warp_row_blocks(9), 2);
+}
+
 TEST(Launchers, DecodePathChoice) {
   // The grid path: the lynx and piggyback policies on a plain router, at decode sizes, when
   // every block (8 rows each) fits on the device at once; else the fused one-block path.

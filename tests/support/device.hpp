@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace lynx_test {
 
 /// Which launcher a device test calls.
@@ -12,6 +14,44 @@ enum class entry { route, topk };
 inline bool has_device() {
   int count = 0;
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+/// What a stream capture of one call recorded: the call's result, the capture's end, and the
+/// graph's node types. supported: false where the runtime cannot capture graphs (the test skips).
+struct captured_call {
+  bool supported = true;
+  cudaError_t called = cudaSuccess, ended = cudaSuccess;
+  std::vector<cudaGraphNodeType> nodes;
+};
+
+/// Captures call(stream) (it returns a cudaError_t) on a stream of its own. The capture ends
+/// before the caller asserts anything (a device_vector freed during a capture would fail).
+template <class Call>
+captured_call capture_call(Call call) {
+  captured_call r;
+  cudaStream_t stream;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess) {
+    cudaGetLastError();
+    r.supported = false;
+    return r;
+  }
+  r.called = call(stream);
+  cudaGraph_t graph = nullptr;
+  r.ended = cudaStreamEndCapture(stream, &graph);
+  cudaStreamDestroy(stream);
+  if (!graph) return r;
+  std::size_t count = 0;
+  cudaGraphGetNodes(graph, nullptr, &count);
+  std::vector<cudaGraphNode_t> nodes(count);
+  if (count) cudaGraphGetNodes(graph, nodes.data(), &count);
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    cudaGraphNodeGetType(node, &type);
+    r.nodes.push_back(type);
+  }
+  cudaGraphDestroy(graph);
+  return r;
 }
 
 }  // namespace lynx_test

@@ -92,6 +92,10 @@ inline int warp_row_blocks(int num_rows) {
   return (num_rows + rows_per_block - 1) / rows_per_block;
 }
 
+/// Whether topk_route zeroes its state (the plain set and the block counter) before its kernel:
+/// only for more than one block; one block keeps them in shared memory (topk_route_kernel).
+inline bool topk_route_zeroes_state(int num_rows) { return warp_row_blocks(num_rows) > 1; }
+
 /// Whether the policy and the expert tier allow the grid path: the policies whose set needs no
 /// serial greedy (the budget policy stays on the fused path), at the fused tiers. Its workspace
 /// is reserved by this, whatever the router and the row count, so that a size queried for a

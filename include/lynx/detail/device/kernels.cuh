@@ -73,7 +73,9 @@ __global__ void __launch_bounds__(fused_threads(MaxN, Router), 1)
 // ---------------------------------------------------------------------------------------------
 // topk_route: every row's plain top-k and weights, a warp per row across blocks; the last block
 // to finish (a counter, after a fence: CUDA's threadFenceReduction pattern) pads the rows that
-// do not vote from the union of the plain top-k.
+// do not vote from the union of the plain top-k. A grid of one block (up to 8 rows: decode)
+// keeps that union in shared memory and needs no counter, so its launcher sets no memset: one
+// launch, as an engine's own top-k kernel.
 
 /// With a layout asked for, the last block also lays out every block's ids, in dynamic shared
 /// memory (topk_layout_bytes) that a call without a layout does not reserve.
@@ -91,6 +93,11 @@ __global__ void __launch_bounds__(warp_block_threads, 1)
   __shared__ bool last;
   const int n = p.num_experts, k = p.top_k, lane = lane_id();
   const int rows = batch.num_rows, t = blockIdx.x * warps + static_cast<int>(threadIdx.x) / 32;
+  const bool alone = gridDim.x == 1;  // the union in plain_s; ws.state is not zeroed (topk_route_zeroes_state)
+  if (alone) {
+    for (int i = threadIdx.x; i < set_words; i += warp_block_threads) plain_s[i] = 0;
+    __syncthreads();
+  }
   if (t < rows) {
     warp_row<MaxN> row;
     batch_load(batch, row, t, n, t < batch.valid.rows(rows));
@@ -98,20 +105,22 @@ __global__ void __launch_bounds__(warp_block_threads, 1)
     if (row.votes()) {
       const std::uint64_t plain =
           p.router.custom_choice() ? warp_router_topk<K>(row, n, k, p.router) : warp_topk<K>(row.key, k);
-      mark_topk(ws.plain_set(), plain, k);
+      mark_topk(alone ? plain_s : ws.plain_set(), plain, k);
       batch_emit_scaled<K>(batch, t, plain, k, p, warp_row_mass<K>(row, plain, k, p.score, p.renormalize));
     }
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (!alone) {
+    if (threadIdx.x == 0) {
+      __threadfence();
+      last = atomicAdd(ws.blocks_done(), 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
     __threadfence();
-    last = atomicAdd(ws.blocks_done(), 1u) == gridDim.x - 1;
+    for (int i = threadIdx.x; i < set_words; i += warp_block_threads) plain_s[i] = __ldcg(ws.plain_set() + i);
+    __syncthreads();
   }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int i = threadIdx.x; i < set_words; i += warp_block_threads) plain_s[i] = __ldcg(ws.plain_set() + i);
-  __syncthreads();
   const block_decide<warp_block_threads> decision(decide_temp, plain_s, plain_s, n, k);  // no fallback: pads only
   for (int r = static_cast<int>(threadIdx.x) / 32; r < rows; r += warps)
     if (!__ldcg(ws.votes + r)) batch_emit_pad(batch, r, decision.pad_ids(), k, p);

@@ -247,6 +247,9 @@ __global__ void block_functions_kernel(const std::int8_t* bins, int rows, int n,
   const decide_t d(temp.decide, plain, final_set, n, k);
   if (threadIdx.x < k) decision[1 + threadIdx.x] = d.pad_ids()[threadIdx.x];
   if (threadIdx.x == 0) decision[0] = d.fallback();
+  __syncthreads();
+  const decide_t bare(temp.decide, plain, final_set, n, k, false);  // no row to pad: the decision alone
+  if (threadIdx.x == 0) decision[1 + k] = bare.fallback();
 }
 
 template <int MaxN>
@@ -280,7 +283,7 @@ void check_block_functions(std::uint32_t seed) {
       dev<std::int8_t> d_bins(bins);
       dev<std::int32_t> counts(want_counts.size()), ranks(n);
       dev<std::uint32_t> d_plain(plain), d_final(final_set);
-      dev<int> decision(1 + p.top_k);
+      dev<int> decision(2 + p.top_k);
       block_functions_kernel<MaxN, 256><<<1, 256>>>(d_bins.p, rows, n, nbins, p.top_k, counts.p, ranks.p, d_plain.p,
                                                     d_final.p, decision.p);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -289,6 +292,7 @@ void check_block_functions(std::uint32_t seed) {
       const auto got = decision.get();
       EXPECT_EQ(got[0], want_fallback ? 1 : 0);
       for (int i = 0; i < p.top_k; ++i) EXPECT_EQ(got[1 + i], want_pad[i]) << "pad " << i;
+      EXPECT_EQ(got[1 + p.top_k], want_fallback ? 1 : 0) << "without pad ids";
     }
   }
 }

@@ -33,9 +33,10 @@ class block_decide {
   };
 
   /// Block-collective; plain and final_set are bit sets of n experts (shared or global memory).
-  /// Synchronizes before it returns.
+  /// pads: whether any row takes the pad ids (warp 0's value counts); without, pad_ids() is
+  /// left unwritten and their prefix sums are skipped. Synchronizes before it returns.
   __device__ __forceinline__ block_decide(TempStorage& temp, const std::uint32_t* plain,
-                                          const std::uint32_t* final_set, int n, int k)
+                                          const std::uint32_t* final_set, int n, int k, bool pads = true)
       : temp_(temp) {
     static_assert(max_experts <= 32 * 32, "a word per lane");
     if (threadIdx.x < 32) {
@@ -43,20 +44,22 @@ class block_decide {
       const std::uint32_t valid = lane < words ? (lane == words - 1 && n % 32 ? (1u << (n % 32)) - 1u : ~0u) : 0u;
       const std::uint32_t pw = lane < words ? plain[lane] & valid : 0u, fw = lane < words ? final_set[lane] & valid : 0u;
       const bool fallback = detail::warp_sum(__popc(fw)) > detail::warp_sum(__popc(pw));
-      const std::uint32_t loaded = fallback ? pw : fw, others = ~loaded & valid;
-      // Exclusive prefix sums over lanes (words in id order) of the loaded and other counts.
-      int before_loaded = __popc(loaded), before_others = __popc(others);
-      for (int o = 1; o < 32; o <<= 1) {
-        const int a = __shfl_up_sync(detail::full_mask, before_loaded, o), b = __shfl_up_sync(detail::full_mask, before_others, o);
-        if (lane >= o) before_loaded += a, before_others += b;
+      if (__any_sync(detail::full_mask, pads)) {
+        const std::uint32_t loaded = fallback ? pw : fw, others = ~loaded & valid;
+        // Exclusive prefix sums over lanes (words in id order) of the loaded and other counts.
+        int before_loaded = __popc(loaded), before_others = __popc(others);
+        for (int o = 1; o < 32; o <<= 1) {
+          const int a = __shfl_up_sync(detail::full_mask, before_loaded, o), b = __shfl_up_sync(detail::full_mask, before_others, o);
+          if (lane >= o) before_loaded += a, before_others += b;
+        }
+        const int total_loaded = __shfl_sync(detail::full_mask, before_loaded, 31);
+        before_loaded -= __popc(loaded);
+        before_others -= __popc(others);
+        int at = before_loaded;  // the loaded ids first, then the others after all loaded ones
+        for (std::uint32_t w = loaded; w && at < k; w &= w - 1) temp_.pad[at++] = 32 * lane + __ffs(w) - 1;
+        at = total_loaded + before_others;
+        for (std::uint32_t w = others; w && at < k; w &= w - 1) temp_.pad[at++] = 32 * lane + __ffs(w) - 1;
       }
-      const int total_loaded = __shfl_sync(detail::full_mask, before_loaded, 31);
-      before_loaded -= __popc(loaded);
-      before_others -= __popc(others);
-      int at = before_loaded;  // the loaded ids first, then the others after all loaded ones
-      for (std::uint32_t w = loaded; w && at < k; w &= w - 1) temp_.pad[at++] = 32 * lane + __ffs(w) - 1;
-      at = total_loaded + before_others;
-      for (std::uint32_t w = others; w && at < k; w &= w - 1) temp_.pad[at++] = 32 * lane + __ffs(w) - 1;
       if (lane == 0) temp_.fallback = fallback;
     }
     __syncthreads();
@@ -95,9 +98,9 @@ class block_active_set {
     for (int i = threadIdx.x; i < MaxN / 32; i += BlockThreads) temp_.active.word[i] |= temp_.anchors.word[i];
   }
 
-  /// Block-collective: the never-worse decision over these sets (block_decide).
-  __device__ __forceinline__ block_decide<BlockThreads> decide(int n, int k) {
-    return block_decide<BlockThreads>(temp_.decide, temp_.plain.word, temp_.final_set.word, n, k);
+  /// Block-collective: the never-worse decision over these sets (block_decide; pads as there).
+  __device__ __forceinline__ block_decide<BlockThreads> decide(int n, int k, bool pads = true) {
+    return block_decide<BlockThreads>(temp_.decide, temp_.plain.word, temp_.final_set.word, n, k, pads);
   }
 
  private:

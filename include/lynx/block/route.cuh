@@ -430,8 +430,13 @@ class block_route {
                                          EmitPlain&& emit_plain) {
     constexpr int warps = BlockThreads / 32;
     const int k = p.top_k;
+    // Warp 0 (the decision's) looks for a row that takes the pad ids: most batches have none,
+    // and then the decision skips their prefix sums.
+    bool pads = false;
+    if (threadIdx.x < 32 && !p.pad_with_sentinel)
+      for (int t = static_cast<int>(threadIdx.x); t < batch.num_rows; t += 32) pads |= !temp_.votes[t];
     __syncthreads();
-    const auto decision = sets.decide(p.num_experts, k);
+    const auto decision = sets.decide(p.num_experts, k, pads);
     for (int t = static_cast<int>(threadIdx.x) / 32; t < batch.num_rows; t += warps) {
       if (!temp_.votes[t]) detail::batch_emit_pad(batch, t, decision.pad_ids(), k, p);
       else if (decision.fallback()) emit_plain(t);

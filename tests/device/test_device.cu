@@ -198,7 +198,7 @@ TEST(Device, TopkRouteIgnoresAStaleWorkspace) {
   struct stale_case {
     int n, k, b, rows;
   };
-  const stale_case cases[] = {{128, 8, 1, 1}, {128, 8, 1, 3}, {256, 8, 5, 8}, {64, 6, 8, 8}, {128, 8, 7, 9}, {160, 6, 12, 16}};
+  const stale_case cases[] = {{128, 8, 2, 3}, {128, 8, 1, 3}, {256, 8, 5, 8}, {64, 6, 8, 8}, {128, 8, 7, 9}, {160, 6, 12, 16}};
   std::uint32_t seed = 40;
   for (const auto& c : cases) {
     SCOPED_TRACE(testing::Message() << "n " << c.n << " k " << c.k << " b " << c.b << " rows " << c.rows);

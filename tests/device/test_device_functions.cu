@@ -246,10 +246,17 @@ __global__ void block_functions_kernel(const std::int8_t* bins, int rows, int n,
   score.ranks(rows, ranks);  // synchronizes: the union's other member is free after it
   const decide_t d(temp.decide, plain, final_set, n, k);
   if (threadIdx.x < k) decision[1 + threadIdx.x] = d.pad_ids()[threadIdx.x];
-  if (threadIdx.x == 0) decision[0] = d.fallback();
+  const bool first = d.fallback();
+  if (threadIdx.x == 0) decision[0] = first;
   __syncthreads();
-  const decide_t bare(temp.decide, plain, final_set, n, k, false);  // no row to pad: the decision alone
+  // Without pads: the flag must be written afresh (it holds the opposite now) and the pad ids
+  // left alone (a canary).
+  if (threadIdx.x == 0) temp.decide.fallback = first ? 0 : 1;
+  if (threadIdx.x < k) temp.decide.pad[threadIdx.x] = -7;
+  __syncthreads();
+  const decide_t bare(temp.decide, plain, final_set, n, k, false);
   if (threadIdx.x == 0) decision[1 + k] = bare.fallback();
+  if (threadIdx.x < k) decision[2 + k + threadIdx.x] = bare.pad_ids()[threadIdx.x];
 }
 
 template <int MaxN>
@@ -283,7 +290,7 @@ void check_block_functions(std::uint32_t seed) {
       dev<std::int8_t> d_bins(bins);
       dev<std::int32_t> counts(want_counts.size()), ranks(n);
       dev<std::uint32_t> d_plain(plain), d_final(final_set);
-      dev<int> decision(2 + p.top_k);
+      dev<int> decision(2 + 2 * p.top_k);
       block_functions_kernel<MaxN, 256><<<1, 256>>>(d_bins.p, rows, n, nbins, p.top_k, counts.p, ranks.p, d_plain.p,
                                                     d_final.p, decision.p);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -293,6 +300,7 @@ void check_block_functions(std::uint32_t seed) {
       EXPECT_EQ(got[0], want_fallback ? 1 : 0);
       for (int i = 0; i < p.top_k; ++i) EXPECT_EQ(got[1 + i], want_pad[i]) << "pad " << i;
       EXPECT_EQ(got[1 + p.top_k], want_fallback ? 1 : 0) << "without pad ids";
+      for (int i = 0; i < p.top_k; ++i) EXPECT_EQ(got[2 + p.top_k + i], -7) << "pad " << i << " written without pads";
     }
   }
 }

@@ -16,8 +16,9 @@ inline bool has_device() {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
-/// What a stream capture of one call recorded: the call's result, the capture's end, and the
-/// graph's node types. supported: false where the runtime cannot capture graphs (the test skips).
+/// What a stream capture of one call recorded: the call's result (or the stream's creation's),
+/// the capture's end (or a failure to read the graph), and the graph's node types. supported:
+/// false where the runtime cannot capture graphs (the test skips).
 struct captured_call {
   bool supported = true;
   cudaError_t called = cudaSuccess, ended = cudaSuccess;
@@ -30,9 +31,10 @@ template <class Call>
 captured_call capture_call(Call call) {
   captured_call r;
   cudaStream_t stream;
-  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
-      cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess) {
+  if ((r.called = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) != cudaSuccess) return r;
+  if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) != cudaSuccess) {
     cudaGetLastError();
+    cudaStreamDestroy(stream);
     r.supported = false;
     return r;
   }
@@ -42,14 +44,15 @@ captured_call capture_call(Call call) {
   cudaStreamDestroy(stream);
   if (!graph) return r;
   std::size_t count = 0;
-  cudaGraphGetNodes(graph, nullptr, &count);
+  cudaError_t listed = cudaGraphGetNodes(graph, nullptr, &count);
   std::vector<cudaGraphNode_t> nodes(count);
-  if (count) cudaGraphGetNodes(graph, nodes.data(), &count);
-  for (cudaGraphNode_t node : nodes) {
+  if (listed == cudaSuccess && count) listed = cudaGraphGetNodes(graph, nodes.data(), &count);
+  for (std::size_t i = 0; listed == cudaSuccess && i < count; ++i) {
     cudaGraphNodeType type;
-    cudaGraphNodeGetType(node, &type);
-    r.nodes.push_back(type);
+    listed = cudaGraphNodeGetType(nodes[i], &type);
+    if (listed == cudaSuccess) r.nodes.push_back(type);
   }
+  if (listed != cudaSuccess) r.ended = listed;  // the graph could not be read: the check fails
   cudaGraphDestroy(graph);
   return r;
 }

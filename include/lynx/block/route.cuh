@@ -82,7 +82,7 @@ class block_route {
   /// CUB's block primitives, reusing the TempStorage (another run, or the caller's own data in
   /// a union with it) needs a __syncthreads() after this returns: its last phase still reads it.
   template <class Batch>
-  __device__ void run(const Batch& batch, const route_params& p, route_scratch scratch) {
+  __device__ __forceinline__ void run(const Batch& batch, const route_params& p, route_scratch scratch) {
     if (p.router.plain())
       run_plain(batch, p, scratch);
     else
@@ -93,7 +93,7 @@ class block_route {
   /// two bodies in its kernel, so the registers of the other do not count (the library's fused
   /// kernel is instantiated once for each).
   template <class Batch>
-  __device__ void run_plain(const Batch& batch, const route_params& p, route_scratch scratch) {
+  __device__ __forceinline__ void run_plain(const Batch& batch, const route_params& p, route_scratch scratch) {
     using detail::lane_id;
     constexpr int warps = BlockThreads / 32;
     const int n = p.num_experts, k = p.top_k, lane = lane_id(), warp = threadIdx.x / 32;
@@ -192,7 +192,7 @@ class block_route {
   /// (warp/router.cuh), its choice P in place of the plain top-k (scratch.plain holds P's choice
   /// keys), the weights from the logits, scaled.
   template <class Batch>
-  __device__ void run_router(const Batch& batch, const route_params& p, route_scratch scratch) {
+  __device__ __forceinline__ void run_router(const Batch& batch, const route_params& p, route_scratch scratch) {
     using detail::lane_id;
     constexpr int warps = BlockThreads / 32;
     const model_router& r = p.router;

@@ -18,6 +18,8 @@
 //                                              router (a normal(0, 0.5) correction bias where
 //                                              it has one, as bench_router.cu's), N and K
 //                                              its own (the N K given are ignored)
+//   LYNX_ONE_CALL_VALID=B (environment): only rows 0..B-1 are valid, the rest padding (so the
+//   call pads them); B = T without it.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -47,6 +49,8 @@ int main(int argc, char** argv) {
              grid = std::strcmp(argv[1], "route_grid") == 0;
   const int n = model ? model->num_experts : std::atoi(argv[2]), k = model ? model->top_k : std::atoi(argv[3]),
             rows = std::atoi(argv[4]);
+  const char* valid_env = std::getenv("LYNX_ONE_CALL_VALID");
+  const int valid = valid_env ? std::atoi(valid_env) : rows;
   lynx::route_params p = lynx::default_params(n, k);
   p.renormalize = true;
   std::vector<float> bias;
@@ -106,7 +110,7 @@ int main(int argc, char** argv) {
     return r;
   };
   const lynx::sorted_layout_ref layout = carve(arrays), host_layout = carve(host_arrays.data());
-  const lynx::batch_ref<float, int> batch{logits, n, rows, rows, ids, weights};
+  const lynx::batch_ref<float, int> batch{logits, n, rows, valid, ids, weights};
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
@@ -131,7 +135,7 @@ int main(int argc, char** argv) {
   cudaMemcpy(got.data(), ids, sizeof(int) * got.size(), cudaMemcpyDeviceToHost);
   cudaMemcpy(got_w.data(), weights, sizeof(float) * got_w.size(), cudaMemcpyDeviceToHost);
   if (model && model->biased) p.router.bias = bias.data();  // the host path reads host memory
-  const lynx::batch_ref<float, int> host_batch{host_logits, n, rows, rows, want.data(), want_w.data()};
+  const lynx::batch_ref<float, int> host_batch{host_logits, n, rows, valid, want.data(), want_w.data()};
   const lynx::status s = topk ? lynx::host::topk_route(host_batch, p, host_layout)
                               : lynx::host::route(host_batch, p, host_layout);
   bool same = s == lynx::status::success && got == want;
@@ -141,8 +145,8 @@ int main(int argc, char** argv) {
     cudaMemcpy(got_arrays.data(), arrays, sizeof(int) * total, cudaMemcpyDeviceToHost);
     same = same && got_arrays == host_arrays;
   }
-  std::printf("%s N=%d k=%d T=%d policy=%s%s%s: ids, weights%s %s the host path's; one call %.1f us (event)\n", argv[1], n, k,
-              rows, topk ? "-" : (p.kind == lynx::policy::lynx ? "lynx" : "budget"), model ? " router=" : "",
+  std::printf("%s N=%d k=%d T=%d B=%d policy=%s%s%s: ids, weights%s %s the host path's; one call %.1f us (event)\n", argv[1], n, k,
+              rows, valid, topk ? "-" : (p.kind == lynx::policy::lynx ? "lynx" : "budget"), model ? " router=" : "",
               model ? argv[6] : "", sorted ? " and layout" : "",
               same ? "equal" : "DIFFER from",
               ms * 1000.0f);

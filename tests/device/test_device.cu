@@ -309,12 +309,13 @@ template <class T, class IdT>
 void grid_matches_host(std::uint32_t seed) {
   // The grid path (a warp per row across blocks, grid barriers) against the host path, for
   // the policies it takes, at every decode tier: garbage rows (NaN, +inf, a dead row),
-  // padding, pinned rows, one block and many.
+  // padding, pinned rows, one block and many; and batches where every row votes (no pad ids).
   struct grid_case {
     int n, k, rows, b;
     lynx::policy kind;
     bool anchor, pinned;
     lynx::scoring s;
+    bool garbage = true;  // rows 1 and 2 get NaN, +inf and a dead row (with more than 2 rows)
   };
   const grid_case cases[] = {
       {5, 1, 1, 1, lynx::policy::lynx, false, false, lynx::scoring::softmax},       // (128, 1)
@@ -326,6 +327,8 @@ void grid_matches_host(std::uint32_t seed) {
       {256, 8, 128, 128, lynx::policy::lynx, false, false, lynx::scoring::softmax},  // (256, 8)
       {384, 8, 24, 20, lynx::policy::piggyback, false, true, lynx::scoring::softmax},// (512, 8)
       {512, 10, 72, 72, lynx::policy::lynx, true, true, lynx::scoring::softmax},     // (512, 16)
+      {128, 8, 48, 48, lynx::policy::lynx, false, false, lynx::scoring::softmax, false},   // every row votes
+      {256, 8, 64, 64, lynx::policy::piggyback, true, false, lynx::scoring::softmax, false},
   };
   for (const grid_case& c : cases) {
     SCOPED_TRACE(testing::Message() << "N " << c.n << " k " << c.k << " rows " << c.rows << " b " << c.b);
@@ -335,7 +338,7 @@ void grid_matches_host(std::uint32_t seed) {
     p.keep_k = 1;
     const float quantum = seed % 3 ? 0.25f : 0.0f;  // ties in some cases
     auto Lf = lynx_test::random_logits(c.rows, c.n, seed++, 1.5f, quantum);
-    if (c.rows > 2) {
+    if (c.garbage && c.rows > 2) {
       Lf[c.n + 1] = NAN;
       Lf[c.n + 2] = INFINITY;
       for (int e = 0; e < c.n; ++e) Lf[2 * c.n + e] = -INFINITY;

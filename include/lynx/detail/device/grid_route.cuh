@@ -142,20 +142,23 @@ __global__ void __launch_bounds__(grid_route_threads)
   __syncthreads();
   if (!last) return;
   __threadfence();
+  bool pads = false;  // whether a row takes the pad ids (most batches have none)
   for (int i = threadIdx.x; i < MaxN / 32; i += threads) {
     set_s[i] = __ldcg(g.plain_set() + i);
     final_s[i] = __ldcg(g.final_set() + i);
   }
-  __syncthreads();
-  const decide_t decision(temp.decide, set_s, final_s, n, k);
-  for (int r = static_cast<int>(threadIdx.x) / 32; r < rows; r += warps) {
-    if (!__ldcg(ws.votes + r)) {
-      batch_emit_pad(batch, r, decision.pad_ids(), k, p);
-    } else if (decision.fallback()) {
-      const std::uint64_t keys = lane < k ? __ldcg(ws.plain + static_cast<std::size_t>(r) * k + lane) : 0;
-      batch_emit<K>(batch, r, keys, k, p, __ldcg(ws.row_mass + r));
+  for (int r = threadIdx.x; r < rows; r += threads) pads |= !__ldcg(ws.votes + r);
+  pads = __syncthreads_or(pads);
+  const decide_t decision(temp.decide, set_s, final_s, n, k, pads);
+  if (pads || decision.fallback())  // else every row is written already
+    for (int r = static_cast<int>(threadIdx.x) / 32; r < rows; r += warps) {
+      if (!__ldcg(ws.votes + r)) {
+        batch_emit_pad(batch, r, decision.pad_ids(), k, p);
+      } else if (decision.fallback()) {
+        const std::uint64_t keys = lane < k ? __ldcg(ws.plain + static_cast<std::size_t>(r) * k + lane) : 0;
+        batch_emit<K>(batch, r, keys, k, p, __ldcg(ws.row_mass + r));
+      }
     }
-  }
   if (!layout.wanted()) return;
   __syncthreads();
   any_batch_layout<layout_t>(temp.layout, batch.ids, batch.ids64, rows, k, n, layout);

@@ -121,9 +121,14 @@ __global__ void __launch_bounds__(warp_block_threads, 1)
     for (int i = threadIdx.x; i < set_words; i += warp_block_threads) plain_s[i] = __ldcg(ws.plain_set() + i);
     __syncthreads();
   }
-  const block_decide<warp_block_threads> decision(decide_temp, plain_s, plain_s, n, k);  // no fallback: pads only
-  for (int r = static_cast<int>(threadIdx.x) / 32; r < rows; r += warps)
-    if (!__ldcg(ws.votes + r)) batch_emit_pad(batch, r, decision.pad_ids(), k, p);
+  // Most batches have no row to pad: then neither the pad ids nor a pass over the rows.
+  bool pads = false;
+  for (int r = static_cast<int>(threadIdx.x); r < rows; r += warp_block_threads) pads |= !__ldcg(ws.votes + r);
+  if (__syncthreads_or(pads)) {
+    const block_decide<warp_block_threads> decision(decide_temp, plain_s, plain_s, n, k);  // no fallback: pads only
+    for (int r = static_cast<int>(threadIdx.x) / 32; r < rows; r += warps)
+      if (!__ldcg(ws.votes + r)) batch_emit_pad(batch, r, decision.pad_ids(), k, p);
+  }
   if (!layout.wanted()) return;
   __syncthreads();
   extern __shared__ __align__(16) unsigned char dynamic_smem[];

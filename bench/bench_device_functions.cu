@@ -4,7 +4,9 @@
 // - warp_topk: a warp per row (warp_row::load + warp_topk<K>), rows across blocks, as topk_route
 //   and the fused kernel's first phase run it;
 // - block_score: one block bins every row (warp_affinity_bin), counts the batch-wide histogram
-//   (block_score_experts::add_row) and ranks the experts, as the fused kernel's lynx policy does.
+//   (block_score_experts::add_row) and ranks the experts (block_score_experts::ranks);
+// - block_order: the same, with the experts' order codes instead of the ranks
+//   (block_score_experts::order_codes), as the fused kernel's lynx policy does.
 // The tier is the one lynx::route dispatches for the shape.
 #include <benchmark/benchmark.h>
 
@@ -37,7 +39,8 @@ __global__ void __launch_bounds__(topk_block_threads)
 
 template <int MaxN, int Threads>
 __global__ void __launch_bounds__(Threads, 1)
-    block_score_bench_kernel(const float* logits, int n, int rows, float alpha, int depth, std::int32_t* ranks) {
+    block_score_bench_kernel(const float* logits, int n, int rows, float alpha, int depth, bool codes,
+                             std::int32_t* ranks) {
   using score_t = lynx::block_score_experts<MaxN, Threads>;
   __shared__ typename score_t::TempStorage temp;
   score_t score(temp, n, depth + 1);
@@ -51,10 +54,13 @@ __global__ void __launch_bounds__(Threads, 1)
     score.add_row(q);
   }
   __syncthreads();
-  score.ranks(rows, ranks);
+  if (codes)
+    score.order_codes(rows, reinterpret_cast<std::uint32_t*>(ranks));
+  else
+    score.ranks(rows, ranks);
 }
 
-enum class fn { warp_topk, block_score };
+enum class fn { warp_topk, block_score, block_order };
 
 void run_device_function(benchmark::State& state, lynx_bench::model_shape m, fn which) {
   if (!lynx_bench::has_device()) {
@@ -77,7 +83,8 @@ void run_device_function(benchmark::State& state, lynx_bench::model_shape m, fn 
                                                                                      keys.as<std::uint64_t>());
       else
         block_score_bench_kernel<MaxN, d::fused_threads(MaxN)>
-            <<<1, d::fused_threads(MaxN), 0, s>>>(L, n, rows, p.alpha, depth, ranks.as<std::int32_t>());
+            <<<1, d::fused_threads(MaxN), 0, s>>>(L, n, rows, p.alpha, depth, which == fn::block_order,
+                                                  ranks.as<std::int32_t>());
       return cudaGetLastError();
     });
   });
@@ -85,7 +92,8 @@ void run_device_function(benchmark::State& state, lynx_bench::model_shape m, fn 
 
 const int registered_device_functions = [] {
   for (const auto& m : lynx_bench::model_shapes)
-    for (const auto& [which, name] : {std::pair{fn::warp_topk, "warp_topk"}, std::pair{fn::block_score, "block_score"}}) {
+    for (const auto& [which, name] : {std::pair{fn::warp_topk, "warp_topk"}, std::pair{fn::block_score, "block_score"},
+                                      std::pair{fn::block_order, "block_order"}}) {
       const std::string label = std::string("device_fn/") + name + "/" + m.name + "/fp32";
       auto* b = benchmark::RegisterBenchmark(label.c_str(), run_device_function, m, which);
       for (int t : lynx_bench::batch_sizes) b->Arg(t);

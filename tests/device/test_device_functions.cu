@@ -55,6 +55,8 @@ struct warp_out {
   std::uint64_t* plain;        // [rows x k]: warp_topk of the row's keys
   float* mass;                 // [rows]: warp_row_mass
   std::uint64_t* z;            // [rows x k]: warp_z_topk with the given ranks
+  std::uint64_t* z_set;        // [rows x k]: warp_z_topk_set with those ranks
+  std::uint64_t* z_coded;      // [rows x k]: warp_z_topk_set with order codes of the same order
   std::uint64_t* inside;       // [rows x k]: warp_topk_in the given active set
   std::int32_t* ids32;         // [rows x k]: warp_emit of `inside`
   std::int64_t* ids64;         // [rows x k]: the same, 64-bit ids
@@ -63,7 +65,7 @@ struct warp_out {
 
 template <int MaxN, int K, class T>
 __global__ void warp_functions_kernel(const T* logits, int rows, lynx::route_params p, const std::int32_t* ranks,
-                                      const std::uint32_t* active, warp_out out) {
+                                      const std::uint32_t* codes, const std::uint32_t* active, warp_out out) {
   const int t = blockIdx.x * (blockDim.x / 32) + static_cast<int>(threadIdx.x) / 32, lane = threadIdx.x & 31;
   if (t >= rows) return;
   const int n = p.num_experts, k = p.top_k;
@@ -77,10 +79,15 @@ __global__ void warp_functions_kernel(const T* logits, int rows, lynx::route_par
   const std::uint64_t plain = lynx::warp_topk<K>(row.key, k);
   const float mass = lynx::warp_row_mass<K>(row, plain, k, p.score, p.renormalize);
   const std::uint64_t z = lynx::warp_z_topk<K>(row, q, ranks, k);
+  const int depth = d::bin_depth(p.beta);
+  const std::uint64_t z_set = lynx::warp_z_topk_set<K>(row, q, ranks, plain, k, p.alpha, depth);
+  const std::uint64_t z_coded = lynx::warp_z_topk_set<K>(row, q, lynx::order_codes{codes}, plain, k, p.alpha, depth);
   const std::uint64_t inside = lynx::warp_topk_in<K>(row, active, plain, k);
   if (lane < k) {
     out.plain[t * k + lane] = plain;
     out.z[t * k + lane] = z;
+    out.z_set[t * k + lane] = z_set;
+    out.z_coded[t * k + lane] = z_coded;
     out.inside[t * k + lane] = inside;
   }
   if (lane == 0) out.mass[t] = mass;
@@ -153,10 +160,12 @@ void check_warp_functions(std::uint32_t seed) {
   std::vector<T> L;
   for (const float x : Lf) L.push_back(to_logit<T>(x));
   std::vector<std::int32_t> ranks(n);
+  std::vector<std::uint32_t> codes(n);  // the ranks' order, other values: larger, stronger
   std::vector<char> active(n);
   std::vector<std::uint32_t> active_bits(lynx::max_experts / 32, 0);
   for (int e = 0; e < n; ++e) {
     ranks[e] = static_cast<std::int32_t>(rng() % n);
+    codes[e] = (1023u - static_cast<std::uint32_t>(ranks[e])) * 1000u + 7u;  // below 2^21
     active[e] = rng() % 3 == 0;
     if (active[e]) active_bits[e / 32] |= 1u << (e % 32);
   }
@@ -164,21 +173,23 @@ void check_warp_functions(std::uint32_t seed) {
 
   dev<T> d_L(L);
   dev<std::int32_t> d_ranks(ranks);
+  dev<std::uint32_t> d_codes(codes);
   dev<std::uint32_t> d_active(active_bits);
   const std::size_t rk = static_cast<std::size_t>(rows) * k;
   dev<std::int8_t> bins(static_cast<std::size_t>(rows) * n);
-  dev<std::uint64_t> plain(rk), z(rk), inside(rk);
+  dev<std::uint64_t> plain(rk), z(rk), z_set(rk), z_coded(rk), inside(rk);
   dev<float> mass(rows), weights(rk);
   dev<std::int32_t> ids32(rk);
   dev<std::int64_t> ids64(rk);
-  warp_functions_kernel<MaxN, K><<<(rows + 3) / 4, 128>>>(d_L.p, rows, p, d_ranks.p, d_active.p,
-                                                           warp_out{bins.p, plain.p, mass.p, z.p, inside.p, ids32.p,
-                                                                    ids64.p, weights.p});
+  warp_functions_kernel<MaxN, K><<<(rows + 3) / 4, 128>>>(d_L.p, rows, p, d_ranks.p, d_codes.p, d_active.p,
+                                                           warp_out{bins.p, plain.p, mass.p, z.p, z_set.p, z_coded.p,
+                                                                    inside.p, ids32.p, ids64.p, weights.p});
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::string where = "MaxN " + std::to_string(MaxN) + " K " + std::to_string(K) + " N " + std::to_string(n) +
                             " k " + std::to_string(k) + " seed " + std::to_string(seed);
   EXPECT_EQ(bins.get(), want.bins) << where;
   const auto got_plain = plain.get(), got_z = z.get(), got_inside = inside.get();
+  const auto got_z_set = z_set.get(), got_z_coded = z_coded.get();
   const auto got_mass = mass.get(), got_w = weights.get();
   const auto got32 = ids32.get();
   const auto got64 = ids64.get();
@@ -194,6 +205,18 @@ void check_warp_functions(std::uint32_t seed) {
       ASSERT_EQ(0, std::memcmp(&got_w[at], &want.weights[at], sizeof(float))) << where << " row " << t;
     }
     ASSERT_EQ(0, std::memcmp(&got_mass[t], &want.mass[t], sizeof(float))) << where << " row " << t;
+    // The set variants: the same set as the z top-k (as logit keys, in their own order), the
+    // same keys with ranks and with order codes.
+    std::vector<std::uint64_t> want_set, got_set;
+    for (int i = 0; i < k; ++i) {
+      const std::size_t at = static_cast<std::size_t>(t) * k + i;
+      want_set.push_back(want.z[at] & 0xFFFFFFFFFFFFull);
+      got_set.push_back(got_z_set[at]);
+      ASSERT_EQ(got_z_coded[at], got_z_set[at]) << where << " row " << t << " z-set slot " << i;
+    }
+    std::sort(want_set.begin(), want_set.end());
+    std::sort(got_set.begin(), got_set.end());
+    ASSERT_EQ(got_set, want_set) << where << " row " << t;
   }
 }
 
@@ -222,8 +245,8 @@ TEST(DeviceFunctions, WarpLevelMatchesHostBf16) { SKIP_WITHOUT_DEVICE(); warp_al
 /// over given sets.
 template <int MaxN, int Threads>
 __global__ void block_functions_kernel(const std::int8_t* bins, int rows, int n, int nbins, int k, std::int32_t* counts,
-                                       std::int32_t* ranks, const std::uint32_t* plain, const std::uint32_t* final_set,
-                                       int* decision) {
+                                       std::int32_t* ranks, std::uint32_t* codes, const std::uint32_t* plain,
+                                       const std::uint32_t* final_set, int* decision) {
   using score_t = lynx::block_score_experts<MaxN, Threads>;
   using decide_t = lynx::block_decide<Threads>;
   __shared__ union {
@@ -243,6 +266,7 @@ __global__ void block_functions_kernel(const std::int8_t* bins, int rows, int n,
   }
   __syncthreads();
   for (int i = threadIdx.x; i < nbins * n; i += Threads) counts[i] = score.count(i / n, i % n);
+  score.order_codes(rows, codes);
   score.ranks(rows, ranks);  // synchronizes: the union's other member is free after it
   const decide_t d(temp.decide, plain, final_set, n, k);
   if (threadIdx.x < k) decision[1 + threadIdx.x] = d.pad_ids()[threadIdx.x];
@@ -289,13 +313,30 @@ void check_block_functions(std::uint32_t seed) {
 
       dev<std::int8_t> d_bins(bins);
       dev<std::int32_t> counts(want_counts.size()), ranks(n);
+      dev<std::uint32_t> codes(n);
       dev<std::uint32_t> d_plain(plain), d_final(final_set);
       dev<int> decision(2 + 2 * p.top_k);
-      block_functions_kernel<MaxN, 256><<<1, 256>>>(d_bins.p, rows, n, nbins, p.top_k, counts.p, ranks.p, d_plain.p,
-                                                    d_final.p, decision.p);
+      block_functions_kernel<MaxN, 256><<<1, 256>>>(d_bins.p, rows, n, nbins, p.top_k, counts.p, ranks.p, codes.p,
+                                                    d_plain.p, d_final.p, decision.p);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       EXPECT_EQ(counts.get(), want_counts) << "MaxN " << MaxN << " rows " << rows << " beta " << beta;
       EXPECT_EQ(ranks.get(), want_ranks) << "MaxN " << MaxN << " rows " << rows << " beta " << beta;
+      // Order codes: the histograms' order; the packed histogram itself where it fits.
+      const auto got_codes = codes.get();
+      const bool packed = d::histograms_are_codes(nbins, rows);
+      const int bits = d::histogram_digit_bits(rows);
+      for (int e = 0; e < n; ++e) {
+        ASSERT_LT(got_codes[e], 1u << d::order_code_bits) << "expert " << e;
+        if (packed) {
+          std::uint32_t h = 0;
+          for (int j = 0; j < nbins; ++j) h = h << bits | static_cast<std::uint32_t>(want_counts[j * n + e]);
+          ASSERT_EQ(got_codes[e], h) << "MaxN " << MaxN << " rows " << rows << " beta " << beta << " expert " << e;
+        } else {
+          ASSERT_EQ(got_codes[e], d::order_code_of_rank(want_ranks[e])) << "expert " << e;
+        }
+        for (int o = 0; o < n; ++o)
+          ASSERT_EQ(got_codes[e] > got_codes[o], want_ranks[e] < want_ranks[o]) << "experts " << e << ", " << o;
+      }
       const auto got = decision.get();
       EXPECT_EQ(got[0], want_fallback ? 1 : 0);
       for (int i = 0; i < p.top_k; ++i) EXPECT_EQ(got[1 + i], want_pad[i]) << "pad " << i;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <lynx/host.hpp>
@@ -135,6 +136,36 @@ TEST(RowMath, KeysOrderByValueThenLowerId) {
   EXPECT_GT(z_key(0, 100, -3.0f, 7), z_key(-1, 0, 5.0f, 1));
   EXPECT_GT(z_key(-1, 0, -3.0f, 7), z_key(-1, 1, 5.0f, 1));
   EXPECT_GT(z_key(-1, 1, 5.0f, 7), z_key(-1, 1, 4.0f, 1));
+}
+
+TEST(RowMath, BinZKeysOrderAsZInsideABin) {
+  // A set key (one bin's z without q, the id in 10 bits) orders as (code, logit key), gives
+  // the logit key back and is never 0; codes from ranks order as z's ranks do.
+  namespace d = lynx::detail;
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<std::uint32_t> code(0, (1u << d::order_code_bits) - 1);
+  std::uniform_int_distribution<int> id(0, lynx::max_experts - 1), pick(0, 7);
+  const float special[] = {-INFINITY, -0.0f, 0.0f, 1e-30f, -1e30f, 3.5f, -3.5f, 1e30f};
+  std::normal_distribution<float> logit(0.0f, 4.0f);
+  const auto draw = [&] {
+    const float l = pick(rng) == 0 ? special[pick(rng)] : logit(rng);
+    return std::pair<std::uint32_t, std::uint64_t>(pick(rng) == 0 ? 5u : code(rng),
+                                                    d::logit_key(d::sanitize(l), id(rng)));
+  };
+  for (int i = 0; i < 20000; ++i) {
+    const auto a = draw(), b = draw();
+    const std::uint64_t ka = d::bin_z_key(a.first, a.second), kb = d::bin_z_key(b.first, b.second);
+    ASSERT_NE(ka, 0u);
+    ASSERT_EQ(d::logit_key_of(ka), a.second);
+    ASSERT_EQ(ka > kb, a > b) << i;
+    ASSERT_EQ(ka == kb, a == b) << i;
+  }
+  for (int ra = 0; ra < lynx::max_experts; ra += 37)
+    for (int rb = 0; rb < lynx::max_experts; rb += 41) {
+      const std::uint64_t key = d::logit_key(1.0f, 3), other = d::logit_key(2.0f, 4);
+      EXPECT_EQ(d::bin_z_key(d::order_code_of_rank(ra), key) > d::bin_z_key(d::order_code_of_rank(rb), other),
+                d::z_key_high(-1, ra) + key > d::z_key_high(-1, rb) + other);
+    }
 }
 
 TEST(RowMath, EqualWeightsGoToTheLowerId) {

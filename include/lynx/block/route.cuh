@@ -3,7 +3,7 @@
 // one thread block holds, a warp per row: the composition of the warp- and block-level
 // functions that lynx::route's fused kernel runs, for a caller's own kernel too (a router-GEMM
 // epilogue, a persistent MoE kernel: examples/router_lynx.cu). Phases are separated by
-// __syncthreads; the sets, votes, masses, histogram and ranks stay in the caller's shared
+// __syncthreads; the sets, votes, masses, histogram and order codes stay in the caller's shared
 // memory (TempStorage); each row's plain top-k keys and the budget policy's shares live in
 // global scratch that only this block touches.
 
@@ -39,7 +39,7 @@ __device__ __forceinline__ bool is_pinned(const std::uint8_t* pinned, int t) { r
 /// SPEC §3.3 steps 1-2 for one voting row (the plain top-k already known): its share of K.
 /// A pinned row brings its plain top-k; other rows their argmax as an anchor (with the
 /// anchor, and always for the budget policy), their top-keep_k (piggyback), or their z top-k
-/// (lynx; given as a callable, since the bins and ranks live in different places).
+/// (lynx; given as a callable, since the bins and order codes live in different places).
 template <int K, class ZTopk>
 __device__ __forceinline__ void select_row(std::uint64_t plain, bool pinned, const route_params& p,
                                            std::uint32_t* active, std::uint32_t* anchors, ZTopk z_topk) {
@@ -70,7 +70,7 @@ class block_route {
       typename budget_t::TempStorage budget;  // budget policy
     } policy;
     typename sets_t::TempStorage sets;
-    std::int16_t rank[MaxN];
+    std::uint32_t code[MaxN];  // the experts' order codes (block_order_codes)
     std::uint8_t votes[MaxRows];
     float mass[MaxRows];
   };
@@ -158,13 +158,13 @@ class block_route {
       }
     }
     __syncthreads();
-    if (lynx_policy) {  // the ranks, then every row's z top-k
-      score.ranks(b, temp_.rank);
+    if (lynx_policy) {  // the order codes (the packed histograms, or ranks), then every row's z top-k
+      score.order_codes(b, temp_.code);
       for_voting_rows(resident, [&](int t, const warp_row<MaxN>& row, std::uint64_t plain) {
         detail::select_row<K>(plain, detail::is_pinned(batch.pinned, t), p, sets.active(), sets.anchors(), [&] {
           std::int8_t q[MaxN / 32];
           warp_affinity_bin(row, p.alpha, depth, q);
-          return warp_z_topk_set<K>(row, q, temp_.rank, plain, k, p.alpha, depth);
+          return warp_z_topk_set<K>(row, q, order_codes{temp_.code}, plain, k, p.alpha, depth);
         });
       });
       __syncthreads();
@@ -267,13 +267,13 @@ class block_route {
       }
     }
     __syncthreads();
-    if (lynx_policy) {  // the ranks, then every row's z top-k inside its kept groups
-      score.ranks(b, temp_.rank);
+    if (lynx_policy) {  // the order codes, then every row's z top-k inside its kept groups
+      score.order_codes(b, temp_.code);
       for_voting_rows(resident, [&](int t, const warp_row<MaxN>&, const warp_row<MaxN>& choice, std::uint64_t plain) {
         detail::select_row<K>(plain, detail::is_pinned(batch.pinned, t), p, sets.active(), sets.anchors(), [&] {
           std::int8_t q[MaxN / 32];
           warp_router_bins(choice, n, p.alpha, depth, q);
-          return warp_z_topk_set<K>(choice, q, temp_.rank, plain, k, p.alpha, depth);
+          return warp_z_topk_set<K>(choice, q, order_codes{temp_.code}, plain, k, p.alpha, depth);
         });
       });
       __syncthreads();

@@ -7,7 +7,8 @@
 // down: exact, whatever B is. A token compares z only between experts of its own bin, where its
 // support for both is the histogram minus the same one-hot digit, so inside a bin z-order is the
 // order of the full histograms: one integer per expert, rank[e] = #{o : H[o] > H[e]}, carries it
-// (detail/histogram_rank.hpp).
+// (detail/histogram_rank.hpp). So does any order code (block_order_codes): the decode kernels
+// take H itself where it packs into 21 bits, which needs no O(N^2) comparisons.
 //
 // Like CUB's block primitives, the caller owns the shared memory: a TempStorage, which it may
 // union with its own once the ranks are out.
@@ -22,16 +23,13 @@
 
 namespace lynx {
 
-/// Exact competition ranks of n histograms: rank[e] = #{o < n : H[o] > H[e]}, for counts given by
-/// count(j, e) (j < nbins; each at most num_rows) anywhere in memory. Block-collective; sort_key
-/// is shared memory for n keys. When every histogram packs into one 64-bit integer (digits of
-/// bit_width(num_rows) bits), ranks compare those; otherwise digit by digit. Several threads
-/// share each expert's comparisons when the block has more threads than experts.
-template <int BlockThreads, class CountFn, class Rank>
-__device__ void block_rank_histograms(CountFn count, int n, int nbins, int num_rows, std::uint64_t* sort_key,
-                                      Rank* rank) {
-  int bits = 1;
-  while (bits < 31 && (1 << bits) <= num_rows) ++bits;
+namespace detail {
+
+/// block_rank_histograms' comparisons: out(e, rank) for each e < n, from one thread of the
+/// block, then a synchronization.
+template <int BlockThreads, class CountFn, class Out>
+__device__ void block_rank_into(CountFn count, int n, int nbins, int num_rows, std::uint64_t* sort_key, Out out) {
+  const int bits = histogram_digit_bits(num_rows);
   const bool packed = bits * nbins <= 64;
   if (packed)
     for (int e = threadIdx.x; e < n; e += BlockThreads) {
@@ -60,10 +58,48 @@ __device__ void block_rank_histograms(CountFn count, int n, int nbins, int num_r
         }
       }
     }
-    for (int w = g / 2; w > 0; w >>= 1) r += __shfl_xor_sync(detail::full_mask, r, w);
-    if (e < n && s == 0) rank[e] = static_cast<Rank>(r);
+    for (int w = g / 2; w > 0; w >>= 1) r += __shfl_xor_sync(full_mask, r, w);
+    if (e < n && s == 0) out(e, r);
   }
   __syncthreads();
+}
+
+}  // namespace detail
+
+/// Exact competition ranks of n histograms: rank[e] = #{o < n : H[o] > H[e]}, for counts given by
+/// count(j, e) (j < nbins; each at most num_rows) anywhere in memory. Block-collective; sort_key
+/// is shared memory for n keys. When every histogram packs into one 64-bit integer (digits of
+/// bit_width(num_rows) bits), ranks compare those; otherwise digit by digit. Several threads
+/// share each expert's comparisons when the block has more threads than experts.
+template <int BlockThreads, class CountFn, class Rank>
+__device__ void block_rank_histograms(CountFn count, int n, int nbins, int num_rows, std::uint64_t* sort_key,
+                                      Rank* rank) {
+  detail::block_rank_into<BlockThreads>(count, n, nbins, num_rows, sort_key,
+                                        [rank](int e, int r) { rank[e] = static_cast<Rank>(r); });
+}
+
+/// An order code for each of n histograms (counts as in block_rank_histograms): code[e] below
+/// 2^detail::order_code_bits, larger for a greater H, equal for an equal one, which is all that
+/// a z top-k inside one bin needs (warp_z_topk_set). Where the digits pack into those bits
+/// (detail::histograms_are_codes: the default policy's 3 bins up to 127 rows) the code is H
+/// itself, with no comparison; otherwise detail::order_code_of_rank of the exact rank
+/// (N^2 / BlockThreads compares a thread). Block-collective; sort_key as for
+/// block_rank_histograms.
+template <int BlockThreads, class CountFn>
+__device__ void block_order_codes(CountFn count, int n, int nbins, int num_rows, std::uint64_t* sort_key,
+                                  std::uint32_t* code) {
+  if (detail::histograms_are_codes(nbins, num_rows)) {
+    const int bits = detail::histogram_digit_bits(num_rows);
+    for (int e = threadIdx.x; e < n; e += BlockThreads) {
+      std::uint32_t v = 0;
+      for (int j = 0; j < nbins; ++j) v = (v << bits) | static_cast<std::uint32_t>(count(j, e));
+      code[e] = v;
+    }
+    __syncthreads();
+    return;
+  }
+  detail::block_rank_into<BlockThreads>(count, n, nbins, num_rows, sort_key,
+                                        [code](int e, int r) { code[e] = detail::order_code_of_rank(r); });
 }
 
 /// The batch-wide histogram of a block's rows, and the ranks. MaxN bounds N; counts fit 16 bits
@@ -119,6 +155,14 @@ class block_score_experts {
   __device__ __forceinline__ int count(int j, int e) const {
     const std::uint32_t w = temp_.counts[(j * MaxN + e) / 2];
     return static_cast<int>((e & 1) ? w >> 16 : w & 0xFFFFu);
+  }
+
+  /// Block-collective, after the adds and a synchronization: code[e] for e < n
+  /// (block_order_codes; shared or global memory). num_rows bounds every count.
+  __device__ __forceinline__ void order_codes(int num_rows, std::uint32_t* code) {
+    const block_score_experts& self = *this;
+    block_order_codes<BlockThreads>([&](int j, int e) { return self.count(j, e); }, n_, nbins_, num_rows,
+                                    temp_.sort_key, code);
   }
 
   /// Block-collective, after the adds and a synchronization: rank[e] for e < n (shared or

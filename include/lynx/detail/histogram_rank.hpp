@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "config.hpp"
+#include "row_math.hpp"
 
 namespace lynx {
 namespace detail {
@@ -33,6 +34,19 @@ LYNX_HD int histogram_rank(const Count* counts, int n, int nbins, int e) {
   int r = 0;
   for (int o = 0; o < n; ++o) r += histogram_greater(counts, n, nbins, o, e) ? 1 : 0;
   return r;
+}
+
+/// Bits of one histogram digit: every count is at most num_rows.
+LYNX_HD int histogram_digit_bits(int num_rows) {
+  int bits = 1;
+  while (bits < 31 && (1 << bits) <= num_rows) ++bits;
+  return bits;
+}
+
+/// Whether nbins digits of histogram_digit_bits(num_rows) pack into an order code
+/// (order_code_bits, row_math.hpp): then the packed histogram is its own code, no rank needed.
+LYNX_HD bool histograms_are_codes(int nbins, int num_rows) {
+  return histogram_digit_bits(num_rows) * nbins <= order_code_bits;
 }
 
 /// Histogram digit j (bin -j) of a bin value, or -1 for a non-voting or malformed entry.

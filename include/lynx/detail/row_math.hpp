@@ -159,6 +159,24 @@ LYNX_HD std::uint64_t z_key(int q, int rank, float l, int e) {
   return z_key_high(q, rank) | logit_key(l, e);
 }
 
+/// Inside one bin (all keys of the same q) z needs no bits for q, and an id below max_experts
+/// needs 10, not 16: a set key is bit 63 (so it is never 0), then a 21-bit order code of the
+/// expert's histogram (a larger code, a stronger histogram: the histogram itself where it packs
+/// into 21 bits, so that no rank has to be computed), then the logit key's ordered logit and
+/// the low 10 bits of 0xFFFF - id. Its order is (code, logit, lower id), as z's inside the bin.
+inline constexpr int order_code_bits = 21;
+static_assert(max_experts <= 1024, "a set key holds ids in 10 bits");
+LYNX_HD std::uint64_t bin_z_key(std::uint32_t code, std::uint64_t logit_key) {
+  return (std::uint64_t{1} << 63) | (static_cast<std::uint64_t>(code) << 42) | ((logit_key >> 16) << 10) |
+         (logit_key & 0x3FFu);
+}
+/// The logit key (logit_key) a set key was made from.
+LYNX_HD std::uint64_t logit_key_of(std::uint64_t bin_z) {
+  return (((bin_z >> 10) & 0xFFFFFFFFu) << 16) | 0xFC00u | (bin_z & 0x3FFu);
+}
+/// The order code of an expert whose competition rank is `rank` (0: the strongest histogram).
+LYNX_HD std::uint32_t order_code_of_rank(int rank) { return static_cast<std::uint32_t>(max_experts - 1 - rank); }
+
 /// Marks a key as inside the active set, so it outranks every key outside: SPEC §3.3 step 3's
 /// top-k inside K, filled from outside only when K holds fewer than k experts.
 LYNX_HD std::uint64_t active_bit(bool active) { return active ? std::uint64_t{1} << 63 : 0; }

@@ -27,15 +27,30 @@ __device__ __forceinline__ std::uint64_t warp_z_topk(const warp_row<MaxN>& row, 
   return warp_topk<K>(z, k);
 }
 
+/// Order codes of the experts' batch histograms (block_score_experts::order_codes): what
+/// warp_z_topk_set needs of the batch, instead of the ranks (which it also takes).
+struct order_codes {
+  const std::uint32_t* code;
+};
+
+namespace detail {
+template <class Rank>
+__device__ __forceinline__ std::uint32_t order_code(const Rank* rank, int e) {
+  return order_code_of_rank(static_cast<int>(rank[e]));
+}
+__device__ __forceinline__ std::uint32_t order_code(order_codes codes, int e) { return codes.code[e]; }
+}  // namespace detail
+
 /// The same set as warp_z_topk, in another order, for bins that are warp_affinity_bin's of this
 /// row (alpha, depth): bins are monotone in the logit, so every expert in a bin above the bin q*
 /// of the plain k-th key is in the plain top-k (a prefix of it), and the other slots go to bin
-/// q*'s best by (rank, logit, lower id). So only those slots take rounds of the warp max. plain:
-/// the row's lane-spread plain top-k; the result is lane-spread too: that prefix of the plain
-/// top-k, then bin q*'s picks.
-template <int K, int MaxN, class Rank>
+/// q*'s best by (histogram, logit, lower id). So only those slots take rounds of the warp max,
+/// on set keys (detail::bin_z_key). order: the batch's order codes (order_codes), or its ranks
+/// (block_score_experts::ranks, a Rank pointer). plain: the row's lane-spread plain top-k; the
+/// result is lane-spread too: that prefix of the plain top-k, then bin q*'s picks.
+template <int K, int MaxN, class Order>
 __device__ __forceinline__ std::uint64_t warp_z_topk_set(const warp_row<MaxN>& row, const std::int8_t (&q)[MaxN / 32],
-                                                         const Rank* rank, std::uint64_t plain, int k, float alpha,
+                                                         Order order, std::uint64_t plain, int k, float alpha,
                                                          int depth) {
   const int lane = detail::lane_id();
   const int qp = lane < k ? detail::affinity_bin_of(key_logit(plain), row.max, alpha, depth) : 0;
@@ -47,11 +62,11 @@ __device__ __forceinline__ std::uint64_t warp_z_topk_set(const warp_row<MaxN>& r
 #pragma unroll
   for (int i = 0; i < MaxN / 32; ++i)
     in_star[i] = row.key[i] && q[i] == star
-                     ? (detail::z_key_high(star, rank[warp_row<MaxN>::expert(i)]) | row.key[i])
+                     ? detail::bin_z_key(detail::order_code(order, warp_row<MaxN>::expert(i)), row.key[i])
                      : 0;
   const std::uint64_t picked = warp_topk<K>(in_star, k - above);  // lanes 0 .. k - above - 1
   const std::uint64_t shifted = __shfl_sync(detail::full_mask, picked, (lane - above) & 31);
-  if (lane >= above && lane < k) mine = shifted;
+  if (lane >= above && lane < k) mine = shifted ? detail::logit_key_of(shifted) : 0;
   return mine;
 }
 

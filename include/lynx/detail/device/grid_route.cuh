@@ -3,8 +3,9 @@
 // router): the whole step in one launch of a warp per row across blocks, as topk_route runs,
 // instead of the fused path's one block. The batch-wide steps are short phases between grid
 // barriers: every block adds its rows' histogram counts and expert bits to global state, and
-// after a barrier each block reads the batch's (the ranks are computed by every block from
-// the same counts, which costs less than one more barrier). The last block to finish makes the
+// after a barrier each block reads the batch's (the order codes, the packed histograms or
+// their ranks, are computed by every block from the same counts, which costs less than one
+// more barrier). The last block to finish makes the
 // never-worse decision and writes the pads (and, on fallback, every row's plain top-k).
 //
 // A grid barrier needs every block resident at once: the launch is cooperative (the runtime
@@ -71,7 +72,7 @@ __global__ void __launch_bounds__(grid_route_threads)
     typename decide_t::TempStorage decide;  // the last block: the decision, the pads
     typename layout_t::TempStorage layout;  // the last block: the sorted layout
   } temp;
-  __shared__ std::int16_t rank[MaxN];
+  __shared__ std::uint32_t code[MaxN];  // the experts' order codes
   __shared__ std::uint32_t set_s[MaxN / 32], final_s[MaxN / 32];
   __shared__ bool last;
   const int n = p.num_experts, k = p.top_k, lane = lane_id(), depth = bin_depth(p.beta);
@@ -110,18 +111,18 @@ __global__ void __launch_bounds__(grid_route_threads)
     }
   }
   unsigned int round = 0;
-  if (lynx_policy) {  // Phase 2: the batch's histogram and ranks, then the row's z top-k
+  if (lynx_policy) {  // Phase 2: the batch's histogram and order codes, then the row's z top-k
     __syncthreads();
     score.flush(g.counts());
     grid_barrier(g.arrived(), ++round);
     score.load(g.counts());
     __syncthreads();
-    score.ranks(b, rank);
+    score.order_codes(b, code);
     if (votes)
       select_row<K>(plain, pinned, p, g.active(), g.active(), [&] {
         std::int8_t q[MaxN / 32];
         warp_affinity_bin(row, p.alpha, depth, q);
-        return warp_z_topk_set<K>(row, q, rank, plain, k, p.alpha, depth);
+        return warp_z_topk_set<K>(row, q, order_codes{code}, plain, k, p.alpha, depth);
       });
   }
   // Phase 3: the row's top-k inside K and its weights.

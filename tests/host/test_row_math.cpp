@@ -147,10 +147,11 @@ TEST(RowMath, BinZKeysOrderAsZInsideABin) {
   std::uniform_int_distribution<int> id(0, lynx::max_experts - 1), pick(0, 7);
   const float special[] = {-INFINITY, -0.0f, 0.0f, 1e-30f, -1e30f, 3.5f, -3.5f, 1e30f};
   std::normal_distribution<float> logit(0.0f, 4.0f);
-  const auto draw = [&] {
+  const auto draw = [&] {  // one draw at a time, so the sequence does not depend on the compiler
     const float l = pick(rng) == 0 ? special[pick(rng)] : logit(rng);
-    return std::pair<std::uint32_t, std::uint64_t>(pick(rng) == 0 ? 5u : code(rng),
-                                                    d::logit_key(d::sanitize(l), id(rng)));
+    const std::uint32_t c = pick(rng) == 0 ? 5u : code(rng);
+    const int e = id(rng);
+    return std::pair<std::uint32_t, std::uint64_t>(c, d::logit_key(d::sanitize(l), e));
   };
   for (int i = 0; i < 20000; ++i) {
     const auto a = draw(), b = draw();

@@ -64,11 +64,9 @@ TEST(ScoreExperts, RanksOrderTheExactSupportInsideEveryTokensBin) {
   }
 }
 
-}  // namespace score_experts_tests
-
 TEST(ScoreExperts, HistogramsAreTheirOwnOrderCodesWhereTheyFit) {
   // The decode kernels order experts by the packed histogram (no ranks) where nbins digits of
-  // the count's width fit in an order code: the default policy's 3 bins up to 127 rows.
+  // the count's width fit in an order code: the default lynx parameters' 3 bins up to 127 rows.
   namespace d = lynx::detail;
   EXPECT_EQ(d::histogram_digit_bits(1), 1);
   EXPECT_EQ(d::histogram_digit_bits(2), 2);
@@ -80,13 +78,6 @@ TEST(ScoreExperts, HistogramsAreTheirOwnOrderCodesWhereTheyFit) {
   EXPECT_TRUE(d::histograms_are_codes(5, 15));  // the Qwen2 preset's beta 4
   EXPECT_FALSE(d::histograms_are_codes(5, 16));
   EXPECT_FALSE(d::histograms_are_codes(lynx::histogram_bins(lynx::route_params{}), 1));  // beta 0: 32 bins
-  // A packed histogram orders as the ranks do: more in a better bin wins over any count below.
-  const int bits = d::histogram_digit_bits(100);
-  const auto pack = [&](int c0, int c1, int c2) {
-    return static_cast<std::uint32_t>(((c0 << bits) | c1) << bits | c2);
-  };
-  EXPECT_LT(pack(99, 100, 100), pack(100, 0, 0));
-  EXPECT_LT(pack(3, 99, 100), pack(3, 100, 0));
-  EXPECT_LT(pack(3, 5, 99), pack(3, 5, 100));
-  EXPECT_LT(pack(100, 100, 100), 1u << d::order_code_bits);
 }
+
+}  // namespace score_experts_tests

@@ -11,7 +11,7 @@
 // take H itself where it packs into 21 bits, which needs no O(N^2) comparisons.
 //
 // Like CUB's block primitives, the caller owns the shared memory: a TempStorage, which it may
-// union with its own once the ranks are out.
+// union with its own once the ranks (or order codes) are out.
 
 #include <cuda_runtime.h>
 
@@ -81,7 +81,8 @@ __device__ void block_rank_histograms(CountFn count, int n, int nbins, int num_r
 /// An order code for each of n histograms (counts as in block_rank_histograms): code[e] below
 /// 2^detail::order_code_bits, larger for a greater H, equal for an equal one, which is all that
 /// a z top-k inside one bin needs (warp_z_topk_set). Where the digits pack into those bits
-/// (detail::histograms_are_codes: the default policy's 3 bins up to 127 rows) the code is H
+/// (detail::histograms_are_codes: the 3 bins of the default lynx parameters, beta 2, up to
+/// 127 rows) the code is H
 /// itself, with no comparison; otherwise detail::order_code_of_rank of the exact rank
 /// (N^2 / BlockThreads compares a thread). Block-collective; sort_key as for
 /// block_rank_histograms.
@@ -102,7 +103,7 @@ __device__ void block_order_codes(CountFn count, int n, int nbins, int num_rows,
                                         [code](int e, int r) { code[e] = detail::order_code_of_rank(r); });
 }
 
-/// The batch-wide histogram of a block's rows, and the ranks. MaxN bounds N; counts fit 16 bits
+/// The batch-wide histogram of a block's rows, and the ranks or order codes. MaxN bounds N; counts fit 16 bits
 /// (num_rows < 65536), two to a word, added with shared-memory atomics.
 template <int MaxN, int BlockThreads>
 class block_score_experts {

@@ -6,6 +6,7 @@
 // bitwise the host path's.
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../block/active_set.cuh"
 #include "../detail/device/warp_ops.cuh"
@@ -36,6 +37,7 @@ struct order_codes {
 namespace detail {
 template <class Rank>
 __device__ __forceinline__ std::uint32_t order_code(const Rank* rank, int e) {
+  static_assert(std::is_signed_v<Rank>, "ranks are signed integers; pass order codes as lynx::order_codes");
   return order_code_of_rank(static_cast<int>(rank[e]));
 }
 __device__ __forceinline__ std::uint32_t order_code(order_codes codes, int e) { return codes.code[e]; }

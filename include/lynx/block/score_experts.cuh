@@ -82,9 +82,8 @@ __device__ void block_rank_histograms(CountFn count, int n, int nbins, int num_r
 /// 2^detail::order_code_bits, larger for a greater H, equal for an equal one, which is all that
 /// a z top-k inside one bin needs (warp_z_topk_set). Where the digits pack into those bits
 /// (detail::histograms_are_codes: the 3 bins of the default lynx parameters, beta 2, up to
-/// 127 rows) the code is H
-/// itself, with no comparison; otherwise detail::order_code_of_rank of the exact rank
-/// (N^2 / BlockThreads compares a thread). Block-collective; sort_key as for
+/// 127 rows) the code is H itself, with no comparison; otherwise detail::order_code_of_rank of
+/// the exact rank (N^2 / BlockThreads compares a thread). Block-collective; sort_key as for
 /// block_rank_histograms.
 template <int BlockThreads, class CountFn>
 __device__ void block_order_codes(CountFn count, int n, int nbins, int num_rows, std::uint64_t* sort_key,
@@ -103,8 +102,8 @@ __device__ void block_order_codes(CountFn count, int n, int nbins, int num_rows,
                                         [code](int e, int r) { code[e] = detail::order_code_of_rank(r); });
 }
 
-/// The batch-wide histogram of a block's rows, and the ranks or order codes. MaxN bounds N; counts fit 16 bits
-/// (num_rows < 65536), two to a word, added with shared-memory atomics.
+/// The batch-wide histogram of a block's rows, and the ranks or order codes. MaxN bounds N;
+/// counts fit 16 bits (num_rows < 65536), two to a word, added with shared-memory atomics.
 template <int MaxN, int BlockThreads>
 class block_score_experts {
  public:

@@ -19,7 +19,8 @@
 //                                              it has one, as bench_router.cu's), N and K
 //                                              its own (the N K given are ignored)
 //   LYNX_ONE_CALL_VALID=B (environment): only rows 0..B-1 are valid, the rest padding (so the
-//   call pads them); B = T without it.
+//   call pads them); B = T without it. LYNX_ONE_CALL_BETA=b: the lynx policy's beta (default 2;
+//   the Qwen2 preset's is 4).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -66,6 +67,7 @@ int main(int argc, char** argv) {
     p = topk ? lynx::model_params(*model, d_bias) : lynx::default_params(*model, d_bias);
   }
   if (argc > 5 && std::strcmp(argv[5], "lynx") == 0) p.kind = lynx::policy::lynx;
+  if (const char* beta = std::getenv("LYNX_ONE_CALL_BETA")) p.beta = std::atoi(beta);
   lynx_examples::generator_options g;
   g.layers = 8;
   g.batches = 1;

@@ -287,62 +287,84 @@ template <int MaxN>
 void check_block_functions(std::uint32_t seed) {
   std::mt19937 rng(seed);
   const int n = std::max(2, MaxN - static_cast<int>(rng() % (MaxN / 2))), k = 1 + static_cast<int>(rng() % 8);
-  for (const int beta : {1, 3, 0}) {
-    for (const int rows : {1, 37, 300}) {
-      lynx::route_params p = lynx::default_params(n, std::min(k, n));
-      p.beta = beta;
-      const int nbins = lynx::histogram_bins(p);
-      std::vector<std::int8_t> bins(static_cast<std::size_t>(rows) * n);
-      for (auto& q : bins)
-        q = rng() % 11 == 0 ? lynx::no_vote : static_cast<std::int8_t>(-static_cast<int>(rng() % std::min(nbins, 5)));
-      std::vector<std::int32_t> want_counts(static_cast<std::size_t>(nbins) * n), want_ranks(n);
-      ASSERT_EQ(lynx::host::score_experts(bins.data(), rows, p, want_counts.data(), want_ranks.data()),
-                lynx::status::success);
-      std::vector<std::uint32_t> plain(lynx::max_experts / 32, 0), final_set(plain);
-      std::vector<char> plain_f(n), final_f(n);
-      for (int e = 0; e < n; ++e) {
-        plain_f[e] = rng() % 2;
-        final_f[e] = rng() % 2;
-        plain[e / 32] |= plain_f[e] ? 1u << (e % 32) : 0;
-        final_set[e / 32] |= final_f[e] ? 1u << (e % 32) : 0;
-      }
-      const int plain_count = static_cast<int>(std::count(plain_f.begin(), plain_f.end(), 1));
-      const bool want_fallback = std::count(final_f.begin(), final_f.end(), 1) > plain_count;
-      int want_pad[lynx::max_top_k];
-      d::pad_ids(want_fallback ? plain_f.data() : final_f.data(), n, p.top_k, want_pad);
-
-      dev<std::int8_t> d_bins(bins);
-      dev<std::int32_t> counts(want_counts.size()), ranks(n);
-      dev<std::uint32_t> codes(n);
-      dev<std::uint32_t> d_plain(plain), d_final(final_set);
-      dev<int> decision(2 + 2 * p.top_k);
-      block_functions_kernel<MaxN, 256><<<1, 256>>>(d_bins.p, rows, n, nbins, p.top_k, counts.p, ranks.p, codes.p,
-                                                    d_plain.p, d_final.p, decision.p);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      EXPECT_EQ(counts.get(), want_counts) << "MaxN " << MaxN << " rows " << rows << " beta " << beta;
-      EXPECT_EQ(ranks.get(), want_ranks) << "MaxN " << MaxN << " rows " << rows << " beta " << beta;
-      // Order codes: the histograms' order; the packed histogram itself where it fits.
-      const auto got_codes = codes.get();
-      const bool packed = d::histograms_are_codes(nbins, rows);
-      const int bits = d::histogram_digit_bits(rows);
-      for (int e = 0; e < n; ++e) {
-        ASSERT_LT(got_codes[e], 1u << d::order_code_bits) << "expert " << e;
-        if (packed) {
-          std::uint32_t h = 0;
-          for (int j = 0; j < nbins; ++j) h = h << bits | static_cast<std::uint32_t>(want_counts[j * n + e]);
-          ASSERT_EQ(got_codes[e], h) << "MaxN " << MaxN << " rows " << rows << " beta " << beta << " expert " << e;
-        } else {
-          ASSERT_EQ(got_codes[e], d::order_code_of_rank(want_ranks[e])) << "expert " << e;
-        }
-        for (int o = 0; o < n; ++o)
-          ASSERT_EQ(got_codes[e] > got_codes[o], want_ranks[e] < want_ranks[o]) << "experts " << e << ", " << o;
-      }
-      const auto got = decision.get();
-      EXPECT_EQ(got[0], want_fallback ? 1 : 0);
-      for (int i = 0; i < p.top_k; ++i) EXPECT_EQ(got[1 + i], want_pad[i]) << "pad " << i;
-      EXPECT_EQ(got[1 + p.top_k], want_fallback ? 1 : 0) << "without pad ids";
-      for (int i = 0; i < p.top_k; ++i) EXPECT_EQ(got[2 + p.top_k + i], -7) << "pad " << i << " written without pads";
+  // Rows with entries that do not vote (histograms of different totals), and rows that bin
+  // every expert (one total: the order codes may leave the last digit out, `lead`).
+  struct shape {
+    int beta, rows;
+    bool every_expert, lead;
+  };
+  const shape shapes[] = {{1, 1, false, false},  {1, 37, false, false}, {1, 300, false, false},
+                          {3, 1, false, false},  {3, 37, false, false}, {3, 300, false, false},
+                          {0, 1, false, false},  {0, 37, false, false}, {0, 300, false, false},
+                          {2, 300, false, false}, {2, 300, true, true}, {3, 37, true, true},
+                          {4, 20, true, true},   {3, 300, true, false}, {1, 300, true, false}};
+  for (const shape& c : shapes) {
+    const int beta = c.beta, rows = c.rows;
+    lynx::route_params p = lynx::default_params(n, std::min(k, n));
+    p.beta = beta;
+    const int nbins = lynx::histogram_bins(p);
+    std::vector<std::int8_t> bins(static_cast<std::size_t>(rows) * n);
+    for (auto& q : bins)
+      q = !c.every_expert && rng() % 11 == 0 ? lynx::no_vote
+                                             : static_cast<std::int8_t>(-static_cast<int>(rng() % std::min(nbins, 5)));
+    std::vector<std::int32_t> want_counts(static_cast<std::size_t>(nbins) * n), want_ranks(n);
+    ASSERT_EQ(lynx::host::score_experts(bins.data(), rows, p, want_counts.data(), want_ranks.data()),
+              lynx::status::success);
+    std::vector<std::uint32_t> plain(lynx::max_experts / 32, 0), final_set(plain);
+    std::vector<char> plain_f(n), final_f(n);
+    for (int e = 0; e < n; ++e) {
+      plain_f[e] = rng() % 2;
+      final_f[e] = rng() % 2;
+      plain[e / 32] |= plain_f[e] ? 1u << (e % 32) : 0;
+      final_set[e / 32] |= final_f[e] ? 1u << (e % 32) : 0;
     }
+    const int plain_count = static_cast<int>(std::count(plain_f.begin(), plain_f.end(), 1));
+    const bool want_fallback = std::count(final_f.begin(), final_f.end(), 1) > plain_count;
+    int want_pad[lynx::max_top_k];
+    d::pad_ids(want_fallback ? plain_f.data() : final_f.data(), n, p.top_k, want_pad);
+
+    dev<std::int8_t> d_bins(bins);
+    dev<std::int32_t> counts(want_counts.size()), ranks(n);
+    dev<std::uint32_t> codes(n);
+    dev<std::uint32_t> d_plain(plain), d_final(final_set);
+    dev<int> decision(2 + 2 * p.top_k);
+    block_functions_kernel<MaxN, 256><<<1, 256>>>(d_bins.p, rows, n, nbins, p.top_k, counts.p, ranks.p, codes.p,
+                                                  d_plain.p, d_final.p, decision.p);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(counts.get(), want_counts) << "MaxN " << MaxN << " rows " << rows << " beta " << beta;
+    EXPECT_EQ(ranks.get(), want_ranks) << "MaxN " << MaxN << " rows " << rows << " beta " << beta;
+    // Order codes: the histograms' order; the packed histogram itself where it fits, or
+    // without its last digit where every histogram has one total and the rest fits.
+    const auto got_codes = codes.get();
+    const auto total = [&](int e) {
+      int sum = 0;
+      for (int j = 0; j < nbins; ++j) sum += want_counts[j * n + e];
+      return sum;
+    };
+    bool one_total = true;
+    for (int e = 1; e < n; ++e) one_total = one_total && total(e) == total(0);
+    const bool full = d::histograms_are_codes(nbins, rows);
+    const bool lead = !full && one_total && d::leading_digits_are_codes(nbins, rows);
+    ASSERT_EQ(lead, c.lead) << "beta " << beta << " rows " << rows;  // the case tests what it says
+    const bool packed = full || lead;
+    const int bits = d::histogram_digit_bits(rows), digits = full ? nbins : nbins - 1;
+    for (int e = 0; e < n; ++e) {
+      ASSERT_LT(got_codes[e], 1u << d::order_code_bits) << "expert " << e;
+      if (packed) {
+        std::uint32_t h = 0;
+        for (int j = 0; j < digits; ++j) h = h << bits | static_cast<std::uint32_t>(want_counts[j * n + e]);
+        ASSERT_EQ(got_codes[e], h) << "MaxN " << MaxN << " rows " << rows << " beta " << beta << " expert " << e;
+      } else {
+        ASSERT_EQ(got_codes[e], d::order_code_of_rank(want_ranks[e])) << "expert " << e;
+      }
+      for (int o = 0; o < n; ++o)
+        ASSERT_EQ(got_codes[e] > got_codes[o], want_ranks[e] < want_ranks[o]) << "experts " << e << ", " << o;
+    }
+    const auto got = decision.get();
+    EXPECT_EQ(got[0], want_fallback ? 1 : 0);
+    for (int i = 0; i < p.top_k; ++i) EXPECT_EQ(got[1 + i], want_pad[i]) << "pad " << i;
+    EXPECT_EQ(got[1 + p.top_k], want_fallback ? 1 : 0) << "without pad ids";
+    for (int i = 0; i < p.top_k; ++i) EXPECT_EQ(got[2 + p.top_k + i], -7) << "pad " << i << " written without pads";
   }
 }
 

@@ -78,6 +78,50 @@ TEST(ScoreExperts, HistogramsAreTheirOwnOrderCodesWhereTheyFit) {
   EXPECT_TRUE(d::histograms_are_codes(5, 15));  // the Qwen2 preset's beta 4
   EXPECT_FALSE(d::histograms_are_codes(5, 16));
   EXPECT_FALSE(d::histograms_are_codes(lynx::histogram_bins(lynx::route_params{}), 1));  // beta 0: 32 bins
+  // Without the last digit (histograms of one total): those 3 bins up to 1023 rows, beta 4 up
+  // to 31, beta 3 up to 127; never 32 bins.
+  EXPECT_TRUE(d::leading_digits_are_codes(3, 1023));
+  EXPECT_FALSE(d::leading_digits_are_codes(3, 1024));
+  EXPECT_TRUE(d::leading_digits_are_codes(5, 31));
+  EXPECT_FALSE(d::leading_digits_are_codes(5, 32));
+  EXPECT_TRUE(d::leading_digits_are_codes(4, 127));
+  EXPECT_FALSE(d::leading_digits_are_codes(4, 128));
+  EXPECT_FALSE(d::leading_digits_are_codes(lynx::histogram_bins(lynx::route_params{}), 1));
+}
+
+TEST(ScoreExperts, LeadingDigitsOrderHistogramsOfOneTotal) {
+  // block_order_codes leaves the last digit out where every histogram sums to one total (every
+  // row bins every expert, as the library's voting rows do): then the leading digits order the
+  // histograms exactly as the ranks do. Where totals differ they may not, hence its check.
+  namespace d = lynx::detail;
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int n = 2 + static_cast<int>(rng() % 60), beta = 1 + static_cast<int>(rng() % 4);
+    const int b = 1 + static_cast<int>(rng() % 300), nbins = beta + 1;
+    std::vector<std::int8_t> bins(static_cast<std::size_t>(b) * n);
+    // Deep bins mostly, as in decode batches: histograms then share their leading digits often.
+    for (auto& q : bins) q = static_cast<std::int8_t>(rng() % 4 ? -beta : -static_cast<int>(rng() % nbins));
+    std::vector<std::int32_t> counts(static_cast<std::size_t>(nbins) * n), ranks(n);
+    ASSERT_EQ(lynx::host::score_experts(bins.data(), b, params(n, beta), counts.data(), ranks.data()),
+              lynx::status::success);
+    const int bits = d::histogram_digit_bits(b);
+    std::vector<std::uint64_t> lead(n, 0);
+    for (int e = 0; e < n; ++e)
+      for (int j = 0; j + 1 < nbins; ++j) lead[e] = lead[e] << bits | static_cast<std::uint64_t>(counts[j * n + e]);
+    for (int e1 = 0; e1 < n; ++e1)
+      for (int e2 = 0; e2 < n; ++e2) {
+        ASSERT_EQ(lead[e1] > lead[e2], ranks[e1] < ranks[e2]) << "trial " << trial;
+        ASSERT_EQ(lead[e1] == lead[e2], ranks[e1] == ranks[e2]) << "trial " << trial;
+      }
+  }
+  // Totals that differ (a row that bins one expert and not the other): equal leading digits,
+  // different histograms.
+  const std::vector<std::int8_t> bins = {0, 0, -2, lynx::no_vote};
+  std::vector<std::int32_t> counts(3 * 2), ranks(2);
+  ASSERT_EQ(lynx::host::score_experts(bins.data(), 2, params(2, 2), counts.data(), ranks.data()),
+            lynx::status::success);
+  EXPECT_EQ(counts, (std::vector<std::int32_t>{1, 1, 0, 0, 1, 0}));
+  EXPECT_EQ(ranks, (std::vector<std::int32_t>{0, 1}));
 }
 
 }  // namespace score_experts_tests

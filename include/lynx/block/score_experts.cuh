@@ -8,7 +8,8 @@
 // support for both is the histogram minus the same one-hot digit, so inside a bin z-order is the
 // order of the full histograms: one integer per expert, rank[e] = #{o : H[o] > H[e]}, carries it
 // (detail/histogram_rank.hpp). So does any order code (block_order_codes): the decode kernels
-// take H itself where it packs into 21 bits, which needs no O(N^2) comparisons.
+// take H itself where it packs into 21 bits, or H without its last digit where every H has the
+// same digit sum, which needs no O(N^2) comparisons.
 //
 // Like CUB's block primitives, the caller owns the shared memory: a TempStorage, which it may
 // union with its own once the ranks (or order codes) are out.
@@ -25,6 +26,14 @@ namespace lynx {
 
 namespace detail {
 
+/// Histogram e's first `digits` digits in one integer, `bits` bits each, bin 0's highest.
+template <class Word, class CountFn>
+__device__ __forceinline__ Word pack_digits(CountFn count, int e, int digits, int bits) {
+  Word v = 0;
+  for (int j = 0; j < digits; ++j) v = (v << bits) | static_cast<Word>(count(j, e));
+  return v;
+}
+
 /// block_rank_histograms' comparisons: out(e, rank) for each e < n, from one thread of the
 /// block, then a synchronization.
 template <int BlockThreads, class CountFn, class Out>
@@ -32,11 +41,7 @@ __device__ void block_rank_into(CountFn count, int n, int nbins, int num_rows, s
   const int bits = histogram_digit_bits(num_rows);
   const bool packed = bits * nbins <= 64;
   if (packed)
-    for (int e = threadIdx.x; e < n; e += BlockThreads) {
-      std::uint64_t v = 0;
-      for (int j = 0; j < nbins; ++j) v = (v << bits) | static_cast<std::uint64_t>(count(j, e));
-      sort_key[e] = v;
-    }
+    for (int e = threadIdx.x; e < n; e += BlockThreads) sort_key[e] = pack_digits<std::uint64_t>(count, e, nbins, bits);
   __syncthreads();
   // g threads per expert (a power of two within a warp): thread s of a group compares against
   // o = s, s + g, ..., and the group sums its counts with shuffles.
@@ -82,21 +87,31 @@ __device__ void block_rank_histograms(CountFn count, int n, int nbins, int num_r
 /// 2^detail::order_code_bits, larger for a greater H, equal for an equal one, which is all that
 /// a z top-k inside one bin needs (warp_z_topk_set). Where the digits pack into those bits
 /// (detail::histograms_are_codes: the 3 bins of the default lynx parameters, beta 2, up to
-/// 127 rows) the code is H itself, with no comparison; otherwise detail::order_code_of_rank of
-/// the exact rank (N^2 / BlockThreads compares a thread). Block-collective; sort_key as for
-/// block_rank_histograms.
+/// 127 rows) the code is H itself, with no comparison. Where all but the last digit pack
+/// (detail::leading_digits_are_codes: those 3 bins up to 1023 rows) and every histogram sums to
+/// expert 0's total (checked: one block-wide vote), the code is H without its last digit, which
+/// the others then decide. Otherwise it is detail::order_code_of_rank of the exact rank (N^2 /
+/// BlockThreads compares a thread). Block-collective; sort_key as for block_rank_histograms.
 template <int BlockThreads, class CountFn>
 __device__ void block_order_codes(CountFn count, int n, int nbins, int num_rows, std::uint64_t* sort_key,
                                   std::uint32_t* code) {
+  const int bits = detail::histogram_digit_bits(num_rows);
   if (detail::histograms_are_codes(nbins, num_rows)) {
-    const int bits = detail::histogram_digit_bits(num_rows);
-    for (int e = threadIdx.x; e < n; e += BlockThreads) {
-      std::uint32_t v = 0;
-      for (int j = 0; j < nbins; ++j) v = (v << bits) | static_cast<std::uint32_t>(count(j, e));
-      code[e] = v;
-    }
+    for (int e = threadIdx.x; e < n; e += BlockThreads) code[e] = detail::pack_digits<std::uint32_t>(count, e, nbins, bits);
     __syncthreads();
     return;
+  }
+  if (detail::leading_digits_are_codes(nbins, num_rows)) {
+    int total0 = 0;  // expert 0's, the same read in every thread
+    for (int j = 0; j < nbins; ++j) total0 += count(j, 0);
+    bool same = true;
+    for (int e = threadIdx.x; e < n; e += BlockThreads) {
+      code[e] = detail::pack_digits<std::uint32_t>(count, e, nbins - 1, bits);
+      int total = 0;
+      for (int j = 0; j < nbins; ++j) total += count(j, e);
+      same = same && total == total0;
+    }
+    if (__syncthreads_and(same)) return;  // else the ranks overwrite the codes
   }
   detail::block_rank_into<BlockThreads>(count, n, nbins, num_rows, sort_key,
                                         [code](int e, int r) { code[e] = detail::order_code_of_rank(r); });

@@ -49,6 +49,15 @@ LYNX_HD bool histograms_are_codes(int nbins, int num_rows) {
   return histogram_digit_bits(num_rows) * nbins <= order_code_bits;
 }
 
+/// Whether the histograms pack into order codes once their last digit is left out (more rows
+/// than histograms_are_codes allows: the default lynx parameters' 3 bins up to 1023 rows). That
+/// is exact where every histogram sums to one total, as the library's do (SPEC §3.1 gives every
+/// expert of a voting row a bin): the last digit is the total minus the others, so histograms
+/// with equal leading digits are equal. block_order_codes checks the totals.
+LYNX_HD bool leading_digits_are_codes(int nbins, int num_rows) {
+  return nbins > 1 && histograms_are_codes(nbins - 1, num_rows);
+}
+
 /// Histogram digit j (bin -j) of a bin value, or -1 for a non-voting or malformed entry.
 LYNX_HD int bin_digit(std::int8_t q) {
   return (q > 0 || q < -max_bin_depth) ? -1 : -static_cast<int>(q);

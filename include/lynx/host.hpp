@@ -96,16 +96,17 @@ status route(const batch_ref<T, IdT>& batch, const route_params& p) {
   if (const status s = check(p, batch.num_rows, batch.row_stride, batch.valid, {batch.logits, batch.ids, batch.weights});
       s != status::success)
     return s;
-  if (p.kind != policy::lynx)  // the other policies need no bins or scores
-    return remap_topk(batch, nullptr, nullptr, p);
+  const route_params q = lynx::detail::route_policy(p);  // k = 1: piggyback where it is the same
+  if (q.kind != policy::lynx)  // the other policies need no bins or scores
+    return remap_topk(batch, nullptr, nullptr, q);
   if (!has_rows(batch.num_rows, batch.valid)) return status::success;
   const int num_valid = valid_rows(batch.valid, batch.num_rows);
-  if (!p.router.plain()) {  // a model router's own choice scores and groups (docs/ROUTERS.md)
-    detail::router_route_body_dispatch(batch.logits, batch.row_stride, batch.num_rows, num_valid, p, batch.pinned, batch.ids,
+  if (!q.router.plain()) {  // a model router's own choice scores and groups (docs/ROUTERS.md)
+    detail::router_route_body_dispatch(batch.logits, batch.row_stride, batch.num_rows, num_valid, q, batch.pinned, batch.ids,
                               batch.weights);
     return status::success;
   }
-  detail::route_body_dispatch(batch.logits, batch.row_stride, batch.num_rows, num_valid, p, batch.pinned, batch.ids,
+  detail::route_body_dispatch(batch.logits, batch.row_stride, batch.num_rows, num_valid, q, batch.pinned, batch.ids,
                               batch.weights);
   return status::success;
 }

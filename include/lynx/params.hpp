@@ -170,6 +170,31 @@ inline status check(const route_params& p) {
   return status::success;
 }
 
+namespace detail {
+
+/// The policy that route runs for checked parameters p. With k = 1, a policy whose K holds
+/// every voting token's top-1 leaves each token its plain top-1, because its final top-1 inside
+/// K is its top-1 (a model router's: its first choice). That holds for piggyback (keep_k is 1),
+/// for the lynx policy with the top-1 anchor, and for the budget policy whenever its limit
+/// cannot be below the plain top-1 set (mass mode, fraction 1, N experts), since then K0 takes
+/// every anchor at once. Such a call runs as piggyback with keep_k 1, which reads no bins and
+/// takes no greedy step. Its ids and weights are the same: the final top-k, its weights, the
+/// never-worse decision and the pad ids look only at the final choices, not at the rest of K.
+inline route_params route_policy(route_params p) {
+  if (p.top_k != 1) return p;
+  const bool every_top1 =
+      p.kind == policy::piggyback || (p.kind == policy::lynx && p.anchor_top1) ||
+      (p.kind == policy::budget &&
+       (p.budget_mass > 0.0f || p.budget_fraction >= 1.0f || p.budget_experts >= p.num_experts));
+  if (every_top1) {
+    p.kind = policy::piggyback;
+    p.keep_k = 1;
+  }
+  return p;
+}
+
+}  // namespace detail
+
 /// remap_topk from staged bins (host and device): affinity_bin's bins are of the logits, not of
 /// a model router's choice scores, so the lynx policy cannot take such a router there (route
 /// can: it bins the choice scores itself).

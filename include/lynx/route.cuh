@@ -19,10 +19,11 @@ namespace detail {
 /// lynx::route's body, with the decode path chosen (automatic) or forced (grid).
 template <class T, class IdT>
 cudaError_t route_with(decode_choice choice, void* workspace, std::size_t& workspace_bytes,
-                       const batch_ref<T, IdT>& batch, const route_params& p, const sorted_layout_ref& layout,
+                       const batch_ref<T, IdT>& batch, const route_params& given, const sorted_layout_ref& layout,
                        cudaStream_t stream) {
-  if (const status s = check(p, batch.num_rows, batch.row_stride, batch.valid); s != status::success)
+  if (const status s = check(given, batch.num_rows, batch.row_stride, batch.valid); s != status::success)
     return detail::to_cuda_error(s);
+  const route_params p = route_policy(given);  // k = 1: piggyback where it is the same
   if (!layout_fits(layout, batch.num_rows, p.top_k, p.num_experts)) return cudaErrorInvalidValue;
   detail::workspace_carver carver(workspace);
   const bool lynx_policy = p.kind == policy::lynx;

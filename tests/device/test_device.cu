@@ -272,6 +272,47 @@ TEST(Device, PoliciesMatchHost) {
       }
 }
 
+TEST(Device, TopOneMatchesTheFullPolicy) {
+  // k = 1 with the default (budget) and the anchored lynx policy: route runs them as
+  // piggyback (params.hpp, route_policy), on the grid path too once the rows outnumber the
+  // block's warps. Ids equal, weights within 2e-6 of the host's staged path (affinity_bin,
+  // score_experts, remap_topk), which computes each policy in full: padding, a dead row, NaN
+  // and +inf, pinned rows, ties.
+  SKIP_WITHOUT_DEVICE();
+  std::uint32_t seed = 700;
+  for (const int n : {16, 128})
+    for (const int rows : {16, 48})
+      for (const bool anchored_lynx : {false, true}) {
+        auto p = lynx::default_params(n, 1);
+        if (anchored_lynx) p.kind = lynx::policy::lynx;
+        p.renormalize = seed % 2;
+        p.score = seed % 3 ? lynx::scoring::softmax : lynx::scoring::sigmoid;
+        const int b = rows - 3;
+        auto L = lynx_test::random_logits(rows, n, seed++, 1.5f, seed % 2 ? 0.25f : 0.0f);
+        L[n + 3] = NAN, L[n + 5] = INFINITY;
+        for (int e = 0; e < n; ++e) L[2 * n + e] = -INFINITY;
+        std::vector<std::uint8_t> pinned(rows, 0);
+        for (int t = 0; t < rows; t += 5) pinned[t] = 1;
+        std::vector<int> want(rows), got;
+        std::vector<float> want_w(rows), got_w;
+        std::vector<std::int8_t> bins(static_cast<std::size_t>(rows) * n);
+        std::vector<std::int32_t> counts(static_cast<std::size_t>(lynx::histogram_bins(p)) * n), ranks(n);
+        ASSERT_EQ(lynx::host::affinity_bin(L.data(), n, rows, b, p, bins.data()), lynx::status::success);
+        ASSERT_EQ(lynx::host::score_experts(bins.data(), rows, p, counts.data(), ranks.data()), lynx::status::success);
+        ASSERT_EQ(lynx::host::remap_topk(
+                      lynx::batch_ref<float, int>{L.data(), n, rows, b, want.data(), want_w.data(), pinned.data()},
+                      bins.data(), ranks.data(), p),
+                  lynx::status::success);
+        auto d_pinned = to_device(pinned);
+        for (const auto choice : {lynx::detail::decode_choice::automatic, lynx::detail::decode_choice::fused}) {
+          ASSERT_NO_FATAL_FAILURE(
+              device_route(L, rows, b, p, got, got_w, thrust::raw_pointer_cast(d_pinned.data()), choice));
+          EXPECT_EQ(got, want) << "N " << n << " rows " << rows << " lynx " << anchored_lynx;
+          expect_weights_close(got_w, want_w, "top-1 weights");
+        }
+      }
+}
+
 TEST(Device, NeverWorseFallbackAcrossBlocks) {
   // Batches whose remapped choices would touch more experts than plain top-k (SPEC §3.3 step
   // 5), over several blocks of rows (8 a block on the grid path) and with two padding rows:

@@ -91,6 +91,40 @@ TEST(Launchers, SizeQueriesNeedNoDataPointers) {
         }
 }
 
+TEST(Launchers, TopOneRoutesAsPiggyback) {
+  // With k = 1, route runs the default (budget, mass mode) and the anchored lynx policy as
+  // piggyback with keep_k 1 (params.hpp, route_policy): its workspace is piggyback's (no bins,
+  // counts or budget scratch; the grid state, without counts), and its decode path may be the
+  // grid path, which the budget policy never takes. The unanchored lynx policy keeps its own.
+  auto piggy = policy_params(128, 1, lynx::policy::piggyback);
+  piggy.keep_k = 1;
+  auto anchored = policy_params(128, 1, lynx::policy::lynx), unanchored = anchored;
+  anchored.anchor_top1 = true;
+  unanchored.anchor_top1 = false;
+  const auto carved = [](const lynx::route_params& p, int rows) {
+    d::workspace_carver c(nullptr);
+    d::route_workspace(c, rows, p.num_experts, p.top_k, p.kind == lynx::policy::lynx, p.kind == lynx::policy::budget,
+                       d::grid_route_tier(p) ? d::grid_state::size_words(p.num_experts, p.kind == lynx::policy::lynx
+                                                                                        ? lynx::histogram_bins(p)
+                                                                                        : 0)
+                                             : 0);
+    return c.required_bytes();
+  };
+  for (const int rows : {1, 16, 48, 512, 600}) {
+    for (const auto& p : {lynx::default_params(128, 1), anchored, unanchored}) {
+      std::size_t bytes = 0;
+      ASSERT_EQ((lynx::route<float, int>(nullptr, bytes, nullptr, 128, rows, rows, p, nullptr, nullptr)), cudaSuccess);
+      const bool runs_as_piggyback = p.kind == lynx::policy::budget || p.anchor_top1;
+      EXPECT_EQ(bytes, carved(runs_as_piggyback ? piggy : p, rows)) << "rows " << rows << " policy " << static_cast<int>(p.kind);
+      EXPECT_NE(carved(piggy, rows), carved(p, rows)) << "rows " << rows;  // so the query tells them apart
+      EXPECT_EQ(d::route_workspace::grid_bins(p), runs_as_piggyback ? 0 : lynx::histogram_bins(p));
+    }
+  }
+  const auto p = d::route_policy(lynx::default_params(128, 1));
+  EXPECT_TRUE(d::grid_route_wanted(p, 48, 128));
+  EXPECT_FALSE(d::grid_route_wanted(lynx::default_params(128, 2), 48, 128));
+}
+
 TEST(Launchers, SizeQueriesStillCheckTheParameters) {
   std::size_t bytes = 12345;
   EXPECT_EQ((lynx::route<float, int>(nullptr, bytes, nullptr, 8, 4, 4, params(8, 9), nullptr, nullptr)),

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <set>
 #include <vector>
 
@@ -285,6 +286,91 @@ TEST(Budget, OneRowSkipsTheGreedyOnlyWhereItsKHoldsThePlainTopK) {
           }
   EXPECT_GT(other, 10) << "rows where the budget's one-row choice is not the plain top-k";
   EXPECT_GE(ordinary_kept * 10, ordinary * 9) << ordinary_kept << " of " << ordinary << " ordinary rows";
+}
+
+TEST(TopOne, RouteRunsAsPiggybackOnlyWhereKHoldsEveryTop1) {
+  // route_policy (params.hpp): with k = 1, the policies whose K holds every voting token's
+  // top-1 run as piggyback with keep_k 1; others, and every k > 1, run as given.
+  const auto runs = [](lynx::route_params p) { return lynx::detail::route_policy(p).kind; };
+  auto p = lynx::default_params(128, 1);  // budget, mass mode, anchored
+  EXPECT_EQ(runs(p), lynx::policy::piggyback);
+  EXPECT_EQ(lynx::detail::route_policy(p).keep_k, 1);
+  p.budget_mass = 0.0f, p.budget_fraction = 1.0f;
+  EXPECT_EQ(runs(p), lynx::policy::piggyback);
+  p.budget_fraction = 0.5f;  // may stop below the plain top-1 set
+  EXPECT_EQ(runs(p), lynx::policy::budget);
+  p.budget_fraction = 0.0f, p.budget_experts = 127;
+  EXPECT_EQ(runs(p), lynx::policy::budget);
+  p.budget_experts = 128;
+  EXPECT_EQ(runs(p), lynx::policy::piggyback);
+  auto q = params(128, 1);  // the paper's lynx policy: no anchor
+  EXPECT_EQ(runs(q), lynx::policy::lynx);
+  q.anchor_top1 = true;
+  EXPECT_EQ(runs(q), lynx::policy::piggyback);
+  q.top_k = 2;
+  EXPECT_EQ(runs(q), lynx::policy::lynx);
+  EXPECT_EQ(runs(lynx::default_params(128, 2)), lynx::policy::budget);
+}
+
+TEST(TopOne, RouteAsPiggybackEqualsThePolicyBitwise) {
+  // What route_policy relies on: with k = 1, the policy computed in full (the staged host path:
+  // affinity_bin, score_experts, remap_topk, which route_policy does not touch) and route give
+  // the same ids and weights, bit for bit, on batches with ties, padding, pinned rows, NaN, -inf
+  // and +inf rows, both scorings, with and without renormalization. The same batches under the
+  // policies route_policy leaves alone (the paper's unanchored lynx policy, a count limit below
+  // the plain top-1 set) must differ from plain top-1 somewhere, or this test could not fail.
+  std::uint32_t seed = 4400;
+  int remapped_unanchored = 0, remapped_count = 0, cases = 0;
+  lynx_test::picker pick(77);
+  for (const int n : {8, 16, 64, 128, 300})
+    for (int trial = 0; trial < 24; ++trial) {
+      const int rows = 1 + pick(48), b = pick(4) == 0 ? pick(rows + 1) : rows;
+      auto L = lynx_test::random_logits(rows, n, seed++, 1.0f + static_cast<float>(pick(3)), pick(3) == 0 ? 0.5f : 0.0f);
+      if (rows > 2 && pick(2)) std::fill(L.begin() + n, L.begin() + 2 * n, -INFINITY);  // row 1 does not vote
+      if (rows > 3 && pick(2)) L[2 * n + pick(n)] = NAN, L[2 * n + pick(n)] = INFINITY;
+      std::vector<std::uint8_t> pinned(rows);
+      for (auto& x : pinned) x = pick(6) == 0;
+      auto base = params(n, 1);
+      base.score = pick(2) ? lynx::scoring::sigmoid : lynx::scoring::softmax;
+      base.renormalize = pick(2);
+      base.alpha = 1.0f + static_cast<float>(pick(3));
+      base.beta = pick(4);
+      auto budget_mass = lynx::default_params(n, 1), budget_fraction = budget_mass, budget_all = budget_mass;
+      budget_fraction.budget_mass = 0.0f, budget_fraction.budget_fraction = 1.0f;
+      budget_all.budget_mass = 0.0f, budget_all.budget_experts = n;
+      auto anchored = base, piggy = base;
+      anchored.anchor_top1 = true;
+      piggy.kind = lynx::policy::piggyback;
+      for (lynx::route_params p : {budget_mass, budget_fraction, budget_all, anchored, piggy}) {
+        p.score = base.score, p.renormalize = base.renormalize, p.alpha = base.alpha, p.beta = base.beta;
+        ASSERT_EQ(lynx::detail::route_policy(p).kind, lynx::policy::piggyback);
+        const routed fast = route(L, rows, b, p, pinned.data());
+        routed full{std::vector<int>(rows), std::vector<float>(rows)};
+        std::vector<std::int8_t> bins(static_cast<std::size_t>(rows) * n);
+        std::vector<std::int32_t> counts(static_cast<std::size_t>(lynx::histogram_bins(p)) * n), ranks(n);
+        ASSERT_EQ(lynx::host::affinity_bin(L.data(), n, rows, b, p, bins.data()), lynx::status::success);
+        ASSERT_EQ(lynx::host::score_experts(bins.data(), rows, p, counts.data(), ranks.data()), lynx::status::success);
+        ASSERT_EQ(lynx::host::remap_topk(lynx::batch_ref<float, int>{L.data(), n, rows, b, full.ids.data(),
+                                                                      full.w.data(), pinned.data()},
+                                         bins.data(), ranks.data(), p),
+                  lynx::status::success);
+        ASSERT_EQ(fast.ids, full.ids) << "N " << n << " rows " << rows << " B " << b << " policy " << static_cast<int>(p.kind);
+        ASSERT_EQ(std::memcmp(fast.w.data(), full.w.data(), rows * sizeof(float)), 0)  // bit for bit
+            << "N " << n << " rows " << rows << " policy " << static_cast<int>(p.kind);
+        ++cases;
+      }
+      // The controls: route as given, against plain top-1.
+      const routed top = route(L, rows, b, piggy, pinned.data());
+      const routed unanchored = route(L, rows, b, base, pinned.data());
+      auto counted = budget_mass;
+      counted.budget_mass = 0.0f, counted.budget_experts = 1;
+      const routed count = route(L, rows, b, counted, pinned.data());
+      remapped_unanchored += unanchored.ids != top.ids;
+      remapped_count += count.ids != top.ids;
+    }
+  EXPECT_EQ(cases, 5 * 24 * 5);
+  EXPECT_GT(remapped_unanchored, 5) << "batches where the unanchored lynx policy moves a top-1";
+  EXPECT_GT(remapped_count, 5) << "batches where a count limit of 1 moves a top-1";
 }
 
 TEST(Policies, InvalidSettingsAreRejected) {

@@ -90,7 +90,8 @@ status remap_topk(const T* logits, std::int64_t row_stride, int num_rows, int nu
 
 /// The whole Lynx step: affinity_bin, score_experts, remap_topk (the same results, with each
 /// row loaded once). With a model router (p.router, bias in host memory), every policy on its
-/// choice scores and groups, as docs/ROUTERS.md defines.
+/// choice scores and groups, as docs/ROUTERS.md defines. With k = 1, a policy whose K holds
+/// every token's top-1 runs as piggyback with keep_k 1 (detail::route_policy; the same results).
 template <class T, class IdT>
 status route(const batch_ref<T, IdT>& batch, const route_params& p) {
   if (const status s = check(p, batch.num_rows, batch.row_stride, batch.valid, {batch.logits, batch.ids, batch.weights});

@@ -97,7 +97,8 @@ cudaError_t route_with(decode_choice choice, void* workspace, std::size_t& works
 /// Routes a batch: rows [0, num_rows) of logits (row-major, row_stride >= N; float, __half or
 /// __nv_bfloat16) to k experts each, writing ids [num_rows x k] (int32_t or int64_t) and fp32
 /// weights [num_rows x k]. Rows >= valid are padding (SPEC §5); pinned rows keep their plain
-/// top-k.
+/// top-k. With k = 1, a policy whose K holds every token's top-1 (the default, the anchored
+/// lynx policy) runs as piggyback with keep_k 1: the same results (detail::route_policy).
 ///
 /// CUB-style: with workspace == nullptr only workspace_bytes is computed; the data pointers are
 /// not looked at (they may be null), but the parameters and shapes are checked. No allocation,

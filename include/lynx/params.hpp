@@ -180,6 +180,11 @@ namespace detail {
 /// every anchor at once. Such a call runs as piggyback with keep_k 1, which reads no bins and
 /// takes no greedy step. Its ids and weights are the same: the final top-k, its weights, the
 /// never-worse decision and the pad ids look only at the final choices, not at the rest of K.
+/// Under a router's relaxed group limit (docs/ROUTERS.md) a token takes K's best expert by its
+/// choice score, maybe outside its groups: the same, since every other member of K is one
+/// token's z-choice inside that token's groups, below its first choice (also in K) in (score,
+/// lower id) order. (The budget's K at k = 1 is exactly the first choices and the pinned rows'
+/// experts, as piggyback's: no share exceeds a first choice's, so no step has a gain.)
 inline route_params route_policy(route_params p) {
   if (p.top_k != 1) return p;
   const bool every_top1 =

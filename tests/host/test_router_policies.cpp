@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -399,6 +400,46 @@ TEST(RouterPolicies, Bf16LogitsAndInt64IdsGiveTheSameRouting) {
       ASSERT_EQ(w64[i], w[i]) << int(kind) << " at " << i;
     }
   }
+}
+
+TEST(RouterPolicies, TopOneRunsAsPiggybackWithTheSameResults) {
+  // k = 1 on a model router (lynx::detail::route_policy): the default budget and the anchored
+  // lynx policy run as piggyback, with the ids and weights of the policy run in full (the
+  // router body on the given policy), bit for bit, under both group limits. Under the relaxed
+  // one a token takes K's best expert by its choice score (docs/ROUTERS.md), maybe another
+  // token's first choice outside its groups; such batches must occur here, or the relaxed
+  // cases would not test that argument.
+  std::uint32_t seed = 5100;
+  int relaxed_moves = 0;
+  for (const bool bias : {false, true})
+    for (const bool relaxed : {false, true})
+      for (int trial = 0; trial < 12; ++trial) {
+        const int n = 64, rows = 4 + static_cast<int>(seed % 29);
+        auto L = lynx_test::random_logits(rows, n, seed++, 2.0f, trial % 3 == 0 ? 0.5f : 0.0f);
+        std::vector<float> b(n);
+        for (int e = 0; e < n; ++e) b[e] = 0.3f * std::sin(0.7f * static_cast<float>(e * (trial + 1)));
+        std::vector<std::uint8_t> pinned(rows, 0);
+        if (trial % 2) pinned[1] = 1;
+        const int valid = rows - (trial % 4 == 0 ? 2 : 0);
+        for (const policy kind : {policy::budget, policy::lynx}) {
+          auto p = lynx::default_params(n, 1);
+          p.kind = kind;
+          p.score = bias ? lynx::scoring::sigmoid : lynx::scoring::softmax;
+          p.router.num_groups = 8, p.router.top_groups = 2, p.router.relaxed_groups = relaxed;
+          p.router.bias = bias ? b.data() : nullptr;
+          p.alpha = bias ? 20.0f : 2.0f;
+          ASSERT_EQ(lynx::check(p), lynx::status::success);
+          ASSERT_EQ(lynx::detail::route_policy(p).kind, policy::piggyback);
+          const routed fast = run(true, L, rows, valid, p, &pinned);
+          routed full{std::vector<int>(rows), std::vector<float>(rows)};
+          lynx::host::detail::router_route_body_dispatch(L.data(), std::int64_t{n}, rows, valid, p, pinned.data(),
+                                                         full.ids.data(), full.w.data());
+          ASSERT_EQ(fast.ids, full.ids) << "bias " << bias << " relaxed " << relaxed << " seed " << seed - 1;
+          ASSERT_EQ(std::memcmp(fast.w.data(), full.w.data(), rows * sizeof(float)), 0) << "seed " << seed - 1;
+          if (relaxed) relaxed_moves += fast.ids != run(false, L, rows, valid, p, &pinned).ids;
+        }
+      }
+  EXPECT_GT(relaxed_moves, 5) << "relaxed batches where a token leaves its first choice";
 }
 
 TEST(RouterPolicies, TheStagedLynxPolicyRefusesRouters) {

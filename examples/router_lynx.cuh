@@ -159,7 +159,8 @@ cudaError_t router_lynx(const __nv_bfloat16* hidden, const __nv_bfloat16* w_rout
   const int n = p.num_experts;
   const int blocks = (n + Threads / 32 - 1) / (Threads / 32);
   router_lynx_kernel<MaxN, K, Threads, IdT>
-      <<<blocks, Threads, 0, stream>>>(hidden, w_router, hidden_size, rows, valid, p, ws, ids, weights);
+      <<<blocks, Threads, 0, stream>>>(hidden, w_router, hidden_size, rows, valid, lynx::effective_params(p), ws,
+                                       ids, weights);  // what lynx::route runs (k = 1: piggyback where the same)
   return cudaGetLastError();
 }
 

@@ -91,13 +91,13 @@ status remap_topk(const T* logits, std::int64_t row_stride, int num_rows, int nu
 /// The whole Lynx step: affinity_bin, score_experts, remap_topk (the same results, with each
 /// row loaded once). With a model router (p.router, bias in host memory), every policy on its
 /// choice scores and groups, as docs/ROUTERS.md defines. With k = 1, a policy whose K holds
-/// every token's top-1 runs as piggyback with keep_k 1 (detail::route_policy; the same results).
+/// every token's top-1 runs as piggyback with keep_k 1 (effective_params; the same results).
 template <class T, class IdT>
 status route(const batch_ref<T, IdT>& batch, const route_params& p) {
   if (const status s = check(p, batch.num_rows, batch.row_stride, batch.valid, {batch.logits, batch.ids, batch.weights});
       s != status::success)
     return s;
-  const route_params q = lynx::detail::route_policy(p);  // k = 1: piggyback where it is the same
+  const route_params q = lynx::effective_params(p);  // k = 1: piggyback where it is the same
   if (q.kind != policy::lynx)  // the other policies need no bins or scores
     return remap_topk(batch, nullptr, nullptr, q);
   if (!has_rows(batch.num_rows, batch.valid)) return status::success;

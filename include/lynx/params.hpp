@@ -170,22 +170,25 @@ inline status check(const route_params& p) {
   return status::success;
 }
 
-namespace detail {
-
-/// The policy that route runs for checked parameters p. With k = 1, a policy whose K holds
-/// every voting token's top-1 leaves each token its plain top-1, because its final top-1 inside
-/// K is its top-1 (a model router's: its first choice). That holds for piggyback (keep_k is 1),
-/// for the lynx policy with the top-1 anchor, and for the budget policy whenever its limit
-/// cannot be below the plain top-1 set (mass mode, fraction 1, N experts), since then K0 takes
-/// every anchor at once. Such a call runs as piggyback with keep_k 1, which reads no bins and
-/// takes no greedy step. Its ids and weights are the same: the final top-k, its weights, the
-/// never-worse decision and the pad ids look only at the final choices, not at the rest of K.
-/// Under a router's relaxed group limit (docs/ROUTERS.md) a token takes K's best expert by its
-/// choice score, maybe outside its groups: the same, since every other member of K is one
-/// token's z-choice inside that token's groups, below its first choice (also in K) in (score,
-/// lower id) order. (The budget's K at k = 1 is exactly the first choices and the pinned rows'
-/// experts, as piggyback's: no share exceeds a first choice's, so no step has a gain.)
-inline route_params route_policy(route_params p) {
+/// The parameters a call with checked parameters p runs: p itself, except that with k = 1 a
+/// policy whose K holds every voting token's top-1 runs as piggyback with keep_k 1, which reads
+/// no bins and takes no greedy step. `route`, `host::route` and the device launcher
+/// `remap_topk` apply it (the staged host `host::remap_topk` computes the policy as given: the
+/// tests' reference); an engine that composes `block_route` in its own kernel passes it the
+/// result (a host-side call, once per model). The ids and weights are the same bit for bit.
+///
+/// Why: with k = 1 each token's final top-1 inside such a K is its top-1 (a model router's:
+/// its first choice). That holds for piggyback (keep_k is 1), for the lynx policy with the
+/// top-1 anchor, and for the budget policy whenever its limit cannot be below the plain top-1
+/// set (mass mode, fraction 1, N experts), since then K0 takes every anchor at once. The final
+/// top-k, its weights, the never-worse decision and the pad ids look only at the final
+/// choices, not at the rest of K. Under a router's relaxed group limit (docs/ROUTERS.md) a
+/// token takes K's best expert by its choice score, maybe outside its groups: the same, since
+/// every other member of K is one token's z-choice inside that token's groups, below its first
+/// choice (also in K) in (score, lower id) order. (The budget's K at k = 1 is exactly the first
+/// choices and the pinned rows' experts, as piggyback's: no share exceeds a first choice's, so
+/// no step has a gain.)
+inline route_params effective_params(route_params p) {
   if (p.top_k != 1) return p;
   const bool every_top1 =
       p.kind == policy::piggyback || (p.kind == policy::lynx && p.anchor_top1) ||
@@ -197,8 +200,6 @@ inline route_params route_policy(route_params p) {
   }
   return p;
 }
-
-}  // namespace detail
 
 /// remap_topk from staged bins (host and device): affinity_bin's bins are of the logits, not of
 /// a model router's choice scores, so the lynx policy cannot take such a router there (route

@@ -51,16 +51,18 @@ inline cudaError_t launch_router_bins(const any_batch& batch, const route_params
 
 /// Final experts and weights [num_rows x k] of a batch (SPEC §3.3, with the never-worse guard
 /// of step 5; non-voting rows as SPEC §5 says). Only the lynx policy reads bins and ranks (others
-/// may pass null). CUB-style workspace: with workspace == nullptr only workspace_bytes is
+/// may pass null); with k = 1 the call runs effective_params(p), so the anchored lynx policy
+/// reads none either. CUB-style workspace: with workspace == nullptr only workspace_bytes is
 /// computed and no data pointer is looked at. No allocation, no synchronization,
 /// graph-capturable.
 template <class T, class IdT>
 cudaError_t remap_topk(void* workspace, std::size_t& workspace_bytes, const batch_ref<T, IdT>& batch,
-                       const std::int8_t* bins, const std::int32_t* ranks, const route_params& p,
+                       const std::int8_t* bins, const std::int32_t* ranks, const route_params& given,
                        cudaStream_t stream = 0) {
-  if (const status s = check(p, batch.num_rows, batch.row_stride, batch.valid); s != status::success)
+  if (const status s = check(given, batch.num_rows, batch.row_stride, batch.valid); s != status::success)
     return detail::to_cuda_error(s);
-  if (check_staged_router(p) != status::success) return cudaErrorInvalidValue;
+  if (check_staged_router(given) != status::success) return cudaErrorInvalidValue;
+  const route_params p = effective_params(given);  // k = 1: piggyback where it is the same
   detail::workspace_carver carver(workspace);
   const detail::remap_workspace ws(carver, batch.num_rows, p.num_experts, p.top_k, p.kind == policy::budget);
   if (!workspace) {

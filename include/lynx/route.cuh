@@ -23,7 +23,7 @@ cudaError_t route_with(decode_choice choice, void* workspace, std::size_t& works
                        cudaStream_t stream) {
   if (const status s = check(given, batch.num_rows, batch.row_stride, batch.valid); s != status::success)
     return detail::to_cuda_error(s);
-  const route_params p = route_policy(given);  // k = 1: piggyback where it is the same
+  const route_params p = effective_params(given);  // k = 1: piggyback where it is the same
   if (!layout_fits(layout, batch.num_rows, p.top_k, p.num_experts)) return cudaErrorInvalidValue;
   detail::workspace_carver carver(workspace);
   const bool lynx_policy = p.kind == policy::lynx;
@@ -98,7 +98,7 @@ cudaError_t route_with(decode_choice choice, void* workspace, std::size_t& works
 /// __nv_bfloat16) to k experts each, writing ids [num_rows x k] (int32_t or int64_t) and fp32
 /// weights [num_rows x k]. Rows >= valid are padding (SPEC §5); pinned rows keep their plain
 /// top-k. With k = 1, a policy whose K holds every token's top-1 (the default, the anchored
-/// lynx policy) runs as piggyback with keep_k 1: the same results (detail::route_policy).
+/// lynx policy) runs as piggyback with keep_k 1: the same results (effective_params).
 ///
 /// CUB-style: with workspace == nullptr only workspace_bytes is computed; the data pointers are
 /// not looked at (they may be null), but the parameters and shapes are checked. No allocation,

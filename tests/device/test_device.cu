@@ -274,10 +274,10 @@ TEST(Device, PoliciesMatchHost) {
 
 TEST(Device, TopOneMatchesTheFullPolicy) {
   // k = 1 with the default (budget) and the anchored lynx policy: route runs them as
-  // piggyback (params.hpp, route_policy), on the grid path too once the rows outnumber the
+  // piggyback (params.hpp, effective_params), on the grid path too once the rows outnumber the
   // block's warps. Ids equal, weights within 2e-6 of the host's staged path (affinity_bin,
   // score_experts, remap_topk), which computes each policy in full: padding, a dead row, NaN
-  // and +inf, pinned rows, ties.
+  // and +inf, pinned rows, ties. The stage launcher remap_topk too.
   SKIP_WITHOUT_DEVICE();
   std::uint32_t seed = 700;
   for (const int n : {16, 128})
@@ -310,6 +310,22 @@ TEST(Device, TopOneMatchesTheFullPolicy) {
           EXPECT_EQ(got, want) << "N " << n << " rows " << rows << " lynx " << anchored_lynx;
           expect_weights_close(got_w, want_w, "top-1 weights");
         }
+        // The stage launcher remap_topk runs them as piggyback too, so it needs no bins or
+        // ranks (null here: the policy as given would be rejected without them).
+        auto d_L = to_device(L);
+        thrust::device_vector<int> d_ids(rows);
+        thrust::device_vector<float> d_w(rows);
+        const lynx::batch_ref<float, int> db{thrust::raw_pointer_cast(d_L.data()), n, rows, b,
+                                             thrust::raw_pointer_cast(d_ids.data()),
+                                             thrust::raw_pointer_cast(d_w.data()),
+                                             thrust::raw_pointer_cast(d_pinned.data())};
+        std::size_t bytes = 0;
+        ASSERT_EQ(lynx::remap_topk(nullptr, bytes, db, nullptr, nullptr, p), cudaSuccess);
+        thrust::device_vector<char> ws(bytes);
+        ASSERT_EQ(lynx::remap_topk(thrust::raw_pointer_cast(ws.data()), bytes, db, nullptr, nullptr, p), cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_EQ(to_host(d_ids), want) << "stage launcher, N " << n << " rows " << rows << " lynx " << anchored_lynx;
+        expect_weights_close(to_host(d_w), want_w, "stage launcher top-1 weights");
       }
 }
 

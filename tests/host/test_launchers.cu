@@ -93,7 +93,7 @@ TEST(Launchers, SizeQueriesNeedNoDataPointers) {
 
 TEST(Launchers, TopOneRoutesAsPiggyback) {
   // With k = 1, route runs the default (budget, mass mode) and the anchored lynx policy as
-  // piggyback with keep_k 1 (params.hpp, route_policy): its workspace is piggyback's (no bins,
+  // piggyback with keep_k 1 (params.hpp, effective_params): its workspace is piggyback's (no bins,
   // counts or budget scratch; the grid state, without counts), and its decode path may be the
   // grid path, which the budget policy never takes. The unanchored lynx policy keeps its own.
   auto piggy = policy_params(128, 1, lynx::policy::piggyback);
@@ -120,9 +120,41 @@ TEST(Launchers, TopOneRoutesAsPiggyback) {
       EXPECT_EQ(d::route_workspace::grid_bins(p), runs_as_piggyback ? 0 : lynx::histogram_bins(p));
     }
   }
-  const auto p = d::route_policy(lynx::default_params(128, 1));
+  const auto p = lynx::effective_params(lynx::default_params(128, 1));
   EXPECT_TRUE(d::grid_route_wanted(p, 48, 128));
   EXPECT_FALSE(d::grid_route_wanted(lynx::default_params(128, 2), 48, 128));
+}
+
+TEST(Launchers, StageRemapTopOneRunsAsPiggyback) {
+  // The stage launcher remap_topk runs effective_params too: at k = 1 the default policy
+  // needs no budget scratch (its size query is piggyback's). A count limit of one expert can
+  // drop a token's top-1, so that budget runs as given and carves its shares, top and kth.
+  auto limited = lynx::default_params(128, 1);
+  limited.budget_mass = 0.0f;
+  limited.budget_experts = 1;
+  ASSERT_EQ(lynx::check(limited, 16, 128, 16), lynx::status::success);
+  for (const int rows : {1, 16, 600}) {
+    const auto remap_bytes = [rows](const lynx::route_params& p) {
+      std::size_t bytes = 0;
+      EXPECT_EQ((lynx::remap_topk<float, int>(nullptr, bytes, nullptr, 128, rows, rows, nullptr, nullptr, p, nullptr,
+                                              nullptr)),
+                cudaSuccess);
+      return bytes;
+    };
+    const auto carved = [rows](bool budget) {
+      d::workspace_carver c(nullptr);
+      d::remap_workspace(c, rows, 128, 1, budget);
+      return c.required_bytes();
+    };
+    EXPECT_EQ(remap_bytes(lynx::default_params(128, 1)), carved(false)) << "rows " << rows;
+    EXPECT_EQ(remap_bytes(limited), carved(true)) << "rows " << rows;
+    EXPECT_NE(carved(false), carved(true));
+    EXPECT_EQ(remap_bytes(lynx::default_params(128, 2)), [rows] {
+      d::workspace_carver c(nullptr);
+      d::remap_workspace(c, rows, 128, 2, true);
+      return c.required_bytes();
+    }()) << "rows " << rows;  // k = 2: as given
+  }
 }
 
 TEST(Launchers, SizeQueriesStillCheckTheParameters) {

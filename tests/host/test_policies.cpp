@@ -289,12 +289,12 @@ TEST(Budget, OneRowSkipsTheGreedyOnlyWhereItsKHoldsThePlainTopK) {
 }
 
 TEST(TopOne, RouteRunsAsPiggybackOnlyWhereKHoldsEveryTop1) {
-  // route_policy (params.hpp): with k = 1, the policies whose K holds every voting token's
+  // effective_params (params.hpp): with k = 1, the policies whose K holds every voting token's
   // top-1 run as piggyback with keep_k 1; others, and every k > 1, run as given.
-  const auto runs = [](lynx::route_params p) { return lynx::detail::route_policy(p).kind; };
+  const auto runs = [](lynx::route_params p) { return lynx::effective_params(p).kind; };
   auto p = lynx::default_params(128, 1);  // budget, mass mode, anchored
   EXPECT_EQ(runs(p), lynx::policy::piggyback);
-  EXPECT_EQ(lynx::detail::route_policy(p).keep_k, 1);
+  EXPECT_EQ(lynx::effective_params(p).keep_k, 1);
   p.budget_mass = 0.0f, p.budget_fraction = 1.0f;
   EXPECT_EQ(runs(p), lynx::policy::piggyback);
   p.budget_fraction = 0.5f;  // may stop below the plain top-1 set
@@ -313,11 +313,11 @@ TEST(TopOne, RouteRunsAsPiggybackOnlyWhereKHoldsEveryTop1) {
 }
 
 TEST(TopOne, RouteAsPiggybackEqualsThePolicyBitwise) {
-  // What route_policy relies on: with k = 1, the policy computed in full (the staged host path:
-  // affinity_bin, score_experts, remap_topk, which route_policy does not touch) and route give
+  // What effective_params relies on: with k = 1, the policy computed in full (the staged host path:
+  // affinity_bin, score_experts, remap_topk, which effective_params does not touch) and route give
   // the same ids and weights, bit for bit, on batches with ties, padding, pinned rows, NaN, -inf
   // and +inf rows, both scorings, with and without renormalization. The same batches under the
-  // policies route_policy leaves alone (the paper's unanchored lynx policy, a count limit below
+  // policies effective_params leaves alone (the paper's unanchored lynx policy, a count limit below
   // the plain top-1 set) must differ from plain top-1 somewhere, or this test could not fail.
   std::uint32_t seed = 4400;
   int remapped_unanchored = 0, remapped_count = 0, cases = 0;
@@ -343,7 +343,7 @@ TEST(TopOne, RouteAsPiggybackEqualsThePolicyBitwise) {
       piggy.kind = lynx::policy::piggyback;
       for (lynx::route_params p : {budget_mass, budget_fraction, budget_all, anchored, piggy}) {
         p.score = base.score, p.renormalize = base.renormalize, p.alpha = base.alpha, p.beta = base.beta;
-        ASSERT_EQ(lynx::detail::route_policy(p).kind, lynx::policy::piggyback);
+        ASSERT_EQ(lynx::effective_params(p).kind, lynx::policy::piggyback);
         const routed fast = route(L, rows, b, p, pinned.data());
         routed full{std::vector<int>(rows), std::vector<float>(rows)};
         std::vector<std::int8_t> bins(static_cast<std::size_t>(rows) * n);

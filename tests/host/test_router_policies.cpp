@@ -403,7 +403,7 @@ TEST(RouterPolicies, Bf16LogitsAndInt64IdsGiveTheSameRouting) {
 }
 
 TEST(RouterPolicies, TopOneRunsAsPiggybackWithTheSameResults) {
-  // k = 1 on a model router (lynx::detail::route_policy): the default budget and the anchored
+  // k = 1 on a model router (lynx::effective_params): the default budget and the anchored
   // lynx policy run as piggyback, with the ids and weights of the policy run in full (the
   // router body on the given policy), bit for bit, under both group limits. Under the relaxed
   // one a token takes K's best expert by its choice score (docs/ROUTERS.md), maybe another
@@ -429,7 +429,7 @@ TEST(RouterPolicies, TopOneRunsAsPiggybackWithTheSameResults) {
           p.router.bias = bias ? b.data() : nullptr;
           p.alpha = bias ? 20.0f : 2.0f;
           ASSERT_EQ(lynx::check(p), lynx::status::success);
-          ASSERT_EQ(lynx::detail::route_policy(p).kind, policy::piggyback);
+          ASSERT_EQ(lynx::effective_params(p).kind, policy::piggyback);
           const routed fast = run(true, L, rows, valid, p, &pinned);
           routed full{std::vector<int>(rows), std::vector<float>(rows)};
           lynx::host::detail::router_route_body_dispatch(L.data(), std::int64_t{n}, rows, valid, p, pinned.data(),

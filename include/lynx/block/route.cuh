@@ -81,6 +81,8 @@ class block_route {
   /// writing every row's ids and weights. batch.num_rows <= MaxRows, N <= MaxN, k <= K. As with
   /// CUB's block primitives, reusing the TempStorage (another run, or the caller's own data in
   /// a union with it) needs a __syncthreads() after this returns: its last phase still reads it.
+  /// p is taken as given: pass effective_params(p) (params.hpp, on the host) for what
+  /// lynx::route runs, which at k = 1 skips the bins or the greedy with the same results.
   template <class Batch>
   __device__ __forceinline__ void run(const Batch& batch, const route_params& p, route_scratch scratch) {
     if (p.router.plain())

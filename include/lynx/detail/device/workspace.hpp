@@ -114,16 +114,16 @@ struct route_workspace {
         ranks(c.take<std::int32_t>(lynx ? n : 0)),
         remap(c, num_rows, n, k, budget),
         grid{grid_words ? c.take<std::uint32_t>(grid_words) : nullptr} {}
-  /// What lynx::route carves for a call with p (for the policy it runs: route_policy).
+  /// What lynx::route carves for a call with p (for the policy it runs: effective_params).
   route_workspace(workspace_carver& c, int num_rows, const route_params& p)
-      : route_workspace(c, num_rows, p.num_experts, p.top_k, route_policy(p).kind == policy::lynx,
-                        route_policy(p).kind == policy::budget, grid_words(p)) {}
+      : route_workspace(c, num_rows, p.num_experts, p.top_k, effective_params(p).kind == policy::lynx,
+                        effective_params(p).kind == policy::budget, grid_words(p)) {}
   static std::size_t grid_words(const route_params& p) {
-    return grid_route_tier(route_policy(p)) ? grid_state::size_words(p.num_experts, grid_bins(p)) : 0;
+    return grid_route_tier(effective_params(p)) ? grid_state::size_words(p.num_experts, grid_bins(p)) : 0;
   }
   /// The histogram digits the grid path counts (none for the piggyback policy).
   static int grid_bins(const route_params& p) {
-    return route_policy(p).kind == policy::lynx ? bin_depth(p.beta) + 1 : 0;
+    return effective_params(p).kind == policy::lynx ? bin_depth(p.beta) + 1 : 0;
   }
 };
 

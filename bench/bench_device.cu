@@ -113,4 +113,17 @@ const int registered_launchers = [] {
 
 }  // namespace
 
-BENCHMARK_MAIN();
+namespace lynx_one_call {
+int run(int argc, char** argv);  // one_call.cu, in this program's unit
+}
+
+// Google Benchmark's main, or with --one-call first, one routing call and nothing else
+// (one_call.cu: for cycle-level simulators and ncu).
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--one-call") return lynx_one_call::run(argc - 1, argv + 1);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,11 +1,13 @@
 // lynx_one_call: exactly one routing call on the device, at a model shape, and nothing else on
 // the GPU (no thrust, no warm-up): what a cycle-level simulator's total cycle count should
-// measure. Logits come from the built-in generator (its last layer) at the shape's N; the call's
+// measure. The CMake build runs it as `lynx_bench_device --one-call ARGS` (this file is part of
+// that program's unit, LYNX_ONE_CALL_NO_MAIN, so its kernels are compiled once for both);
+// compiled alone (a simulator's build) it is the program `lynx_one_call ARGS`. Logits come from the built-in generator (its last layer) at the shape's N; the call's
 // ids and weights (within 2e-6) are checked against the host path. On a GPU it also prints the
 // CUDA-event time of the one call (cold: launch overhead included; lynx_bench_device is the
 // benchmark).
 //
-//   lynx_one_call ENTRY N K T [lynx|budget [MODEL]]
+//   lynx_one_call ENTRY N K T [lynx|budget [MODEL]]   (lynx_bench_device --one-call ENTRY ...)
 //                                              ENTRY: route | topk_route | route_sorted |
 //                                              topk_route_sorted (the call also writes the
 //                                              sorted layout, block_size 16, every array;
@@ -35,9 +37,12 @@
 #include "../examples/common/trace.hpp"
 #include "align_kernel.cuh"
 
-int main(int argc, char** argv) {
+namespace lynx_one_call {
+
+/// The program: argv[1..] are ENTRY N K T [policy [MODEL]].
+int run(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: lynx_one_call route|topk_route|route_sorted|topk_route_sorted|route+align|topk_route+align|route_grid N K T [lynx|budget [MODEL]]\n");
+    std::fprintf(stderr, "usage: lynx_one_call (or lynx_bench_device --one-call) route|topk_route|route_sorted|topk_route_sorted|route+align|topk_route+align|route_grid N K T [lynx|budget [MODEL]]\n");
     return 2;
   }
   const auto model = argc > 6 ? lynx::find_model(argv[6]) : std::nullopt;
@@ -154,3 +159,9 @@ int main(int argc, char** argv) {
               ms * 1000.0f);
   return same ? 0 : 1;
 }
+
+}  // namespace lynx_one_call
+
+#ifndef LYNX_ONE_CALL_NO_MAIN
+int main(int argc, char** argv) { return lynx_one_call::run(argc, argv); }
+#endif

@@ -9,7 +9,7 @@
 #   scripts/device-check.sh OUTDIR                       (builds first, on the GPU machine)
 #
 # LYNX_PREBUILT names a build folder made on the CPU machine by scripts/device-prebuild.sh
-# (machine code for the GPU's architecture only, -lineinfo; its seven programs carried over):
+# (machine code for the GPU's architecture only, -lineinfo; its six programs carried over):
 # configure and build are skipped. Building on the device machine takes most of a command's
 # 10 minutes, so without LYNX_PREBUILT little else may fit. The whole run stops starting steps
 # when LYNX_CHECK_SECONDS (default 560) have passed, and caps each step's limit to what is
@@ -55,7 +55,7 @@ arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -
 
 b=${LYNX_PREBUILT:-build-device}
 programs=(tests/lynx_device_tests tests/lynx_host_tests bench/lynx_bench_device bench/lynx_bench_host
-  bench/lynx_one_call examples/lynx_replay examples/moe_decode_layer)
+  examples/lynx_replay examples/moe_decode_layer)
 if [ -z "${LYNX_PREBUILT:-}" ]; then
   step configure 120 cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${arch:-90}-real" \
     -DCMAKE_CUDA_FLAGS=-lineinfo
@@ -75,7 +75,7 @@ step bench_route 180 "$b"/bench/lynx_bench_device --benchmark_filter="$route_ops
 [ -f "$out/bench_route.json" ] && python3 scripts/bench_targets.py "$out/bench_route.json" >"$out/targets.txt" 2>&1
 step bench_device 180 "$b"/bench/lynx_bench_device --benchmark_filter="-$route_ops" --benchmark_min_time=0.02 \
   --benchmark_out="$out/bench_device.json" --benchmark_out_format=json
-step one_call 30 "$b"/bench/lynx_one_call route 128 8 16
+step one_call 30 "$b"/bench/lynx_bench_device --one-call route 128 8 16
 
 # The main job on the GPU and on the host path must report the same measures.
 step replay_device 60 "$b"/examples/lynx_replay --batch-size 16 --json

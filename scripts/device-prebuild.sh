@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds, on the CPU machine, the seven programs scripts/device-check.sh runs, for one GPU
+# Builds, on the CPU machine, the six programs scripts/device-check.sh runs, for one GPU
 # architecture as machine code only (no PTX: the binaries must fit the device tool's 64 MiB
 # carry), with -lineinfo for the sanitizers' and ncu's source lines. Then prints them, one per
 # line, with their total size: pass them as the device run's carry, and run
@@ -17,7 +17,7 @@ arch=${2:-90}
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/cuda/bin:$PATH"
 programs=(tests/lynx_device_tests tests/lynx_host_tests bench/lynx_bench_device bench/lynx_bench_host
-  bench/lynx_one_call examples/lynx_replay examples/moe_decode_layer)  # as device-check.sh runs them
+  examples/lynx_replay examples/moe_decode_layer)  # as device-check.sh runs them
 cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch-real" \
   -DCMAKE_CUDA_FLAGS=-lineinfo >/dev/null
 cmake --build "$b" -j"$(nproc)" --target "${programs[@]##*/}"

@@ -355,9 +355,13 @@ __global__ void __launch_bounds__(warp_block_threads, 1) final_kernel(any_batch 
 template <int MaxN, int K>
 __global__ void __launch_bounds__(warp_block_threads, 1) finish_kernel(any_batch batch, route_params p, remap_workspace ws) {
   __shared__ typename block_decide<warp_block_threads>::TempStorage temp;
+  constexpr int rows_per_block = warp_block_threads / 32;
   const int k = p.top_k, lane = lane_id();
-  const block_decide<warp_block_threads> decision(temp, ws.plain_set(), ws.final_set(), p.num_experts, k);
-  const int t = blockIdx.x * (warp_block_threads / 32) + static_cast<int>(threadIdx.x) / 32;
+  // The pad ids only where a row of this block does not vote (warp 0 reads the block's votes).
+  const int own = blockIdx.x * rows_per_block + lane;
+  const bool pads = threadIdx.x < rows_per_block && own < batch.num_rows && !ws.votes[own];
+  const block_decide<warp_block_threads> decision(temp, ws.plain_set(), ws.final_set(), p.num_experts, k, pads);
+  const int t = blockIdx.x * rows_per_block + static_cast<int>(threadIdx.x) / 32;
   if (t >= batch.num_rows) return;
   if (!ws.votes[t]) {
     batch_emit_pad(batch, t, decision.pad_ids(), k, p);

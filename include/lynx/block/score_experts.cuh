@@ -105,11 +105,16 @@ __device__ void block_order_codes(CountFn count, int n, int nbins, int num_rows,
     int total0 = 0;  // expert 0's, the same read in every thread
     for (int j = 0; j < nbins; ++j) total0 += count(j, 0);
     bool same = true;
-    for (int e = threadIdx.x; e < n; e += BlockThreads) {
-      code[e] = detail::pack_digits<std::uint32_t>(count, e, nbins - 1, bits);
+    for (int e = threadIdx.x; e < n; e += BlockThreads) {  // each count read once: its digit and the total
+      std::uint32_t v = 0;
       int total = 0;
-      for (int j = 0; j < nbins; ++j) total += count(j, e);
-      same = same && total == total0;
+      for (int j = 0; j < nbins - 1; ++j) {
+        const int c = count(j, e);
+        v = (v << bits) | static_cast<std::uint32_t>(c);
+        total += c;
+      }
+      code[e] = v;  // pack_digits of the first nbins - 1 digits
+      same = same && total + count(nbins - 1, e) == total0;
     }
     if (__syncthreads_and(same)) return;  // else the ranks overwrite the codes
   }

@@ -2,8 +2,9 @@
 // the GPU (no thrust, no warm-up): what a cycle-level simulator's total cycle count should
 // measure. The CMake build runs it as `lynx_bench_device --one-call ARGS` (this file is part of
 // that program's unit, LYNX_ONE_CALL_NO_MAIN, so its kernels are compiled once for both);
-// compiled alone (a simulator's build) it is the program `lynx_one_call ARGS`. Logits come from the built-in generator (its last layer) at the shape's N; the call's
-// ids and weights (within 2e-6) are checked against the host path. On a GPU it also prints the
+// compiled alone (a simulator's build) it is the program `lynx_one_call ARGS`. Logits come
+// from the built-in generator (its last layer) at the shape's N; the call's ids and weights
+// (within 2e-6) are checked against the host path. On a GPU it also prints the
 // CUDA-event time of the one call (cold: launch overhead included; lynx_bench_device is the
 // benchmark).
 //

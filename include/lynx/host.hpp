@@ -54,7 +54,9 @@ inline int valid_rows(token_count valid, int num_rows) {
 }
 
 /// SPEC §3.3 (and the never-worse guard, step 5), from the bins and ranks of the previous
-/// stages (only the lynx policy reads them; others may pass null). Writes the batch's ids and
+/// stages (only the lynx policy reads them; others may pass null). The policy as given: unlike
+/// the device launcher, no effective_params rewrite, so the anchored lynx policy at k = 1 still
+/// needs them (this is the tests' reference for the full policy). Writes the batch's ids and
 /// weights [num_rows x k]; non-voting rows as SPEC §5 says. The bins must be affinity_bin's for
 /// the same logits and parameters. A model router (p.router, bias in host memory) is taken by
 /// the policies that read no bins (docs/ROUTERS.md); the lynx policy takes one through route.

@@ -311,7 +311,7 @@ TEST(Device, TopOneMatchesTheFullPolicy) {
           expect_weights_close(got_w, want_w, "top-1 weights");
         }
         // The stage launcher remap_topk runs them as piggyback too, so it needs no bins or
-        // ranks (null here: the policy as given would be rejected without them).
+        // ranks (null here: the anchored lynx policy as given would be rejected without them).
         auto d_L = to_device(L);
         thrust::device_vector<int> d_ids(rows);
         thrust::device_vector<float> d_w(rows);

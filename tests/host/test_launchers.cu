@@ -141,19 +141,15 @@ TEST(Launchers, StageRemapTopOneRunsAsPiggyback) {
                 cudaSuccess);
       return bytes;
     };
-    const auto carved = [rows](bool budget) {
+    const auto carved = [rows](int k, bool budget) {
       d::workspace_carver c(nullptr);
-      d::remap_workspace(c, rows, 128, 1, budget);
+      d::remap_workspace(c, rows, 128, k, budget);
       return c.required_bytes();
     };
-    EXPECT_EQ(remap_bytes(lynx::default_params(128, 1)), carved(false)) << "rows " << rows;
-    EXPECT_EQ(remap_bytes(limited), carved(true)) << "rows " << rows;
-    EXPECT_NE(carved(false), carved(true));
-    EXPECT_EQ(remap_bytes(lynx::default_params(128, 2)), [rows] {
-      d::workspace_carver c(nullptr);
-      d::remap_workspace(c, rows, 128, 2, true);
-      return c.required_bytes();
-    }()) << "rows " << rows;  // k = 2: as given
+    EXPECT_EQ(remap_bytes(lynx::default_params(128, 1)), carved(1, false)) << "rows " << rows;
+    EXPECT_EQ(remap_bytes(limited), carved(1, true)) << "rows " << rows;
+    EXPECT_NE(carved(1, false), carved(1, true));
+    EXPECT_EQ(remap_bytes(lynx::default_params(128, 2)), carved(2, true)) << "rows " << rows;  // k = 2: as given
   }
 }
 

@@ -26,11 +26,16 @@ namespace lynx {
 
 namespace detail {
 
-/// Histogram e's first `digits` digits in one integer, `bits` bits each, bin 0's highest.
+/// Histogram e's first `digits` digits in one integer, `bits` bits each, bin 0's highest; with
+/// `sum`, the digits are also added to *sum (each count read once).
 template <class Word, class CountFn>
-__device__ __forceinline__ Word pack_digits(CountFn count, int e, int digits, int bits) {
+__device__ __forceinline__ Word pack_digits(CountFn count, int e, int digits, int bits, int* sum = nullptr) {
   Word v = 0;
-  for (int j = 0; j < digits; ++j) v = (v << bits) | static_cast<Word>(count(j, e));
+  for (int j = 0; j < digits; ++j) {
+    const int c = count(j, e);
+    v = (v << bits) | static_cast<Word>(c);
+    if (sum) *sum += c;
+  }
   return v;
 }
 
@@ -105,16 +110,10 @@ __device__ void block_order_codes(CountFn count, int n, int nbins, int num_rows,
     int total0 = 0;  // expert 0's, the same read in every thread
     for (int j = 0; j < nbins; ++j) total0 += count(j, 0);
     bool same = true;
-    for (int e = threadIdx.x; e < n; e += BlockThreads) {  // each count read once: its digit and the total
-      std::uint32_t v = 0;
-      int total = 0;
-      for (int j = 0; j < nbins - 1; ++j) {
-        const int c = count(j, e);
-        v = (v << bits) | static_cast<std::uint32_t>(c);
-        total += c;
-      }
-      code[e] = v;  // pack_digits of the first nbins - 1 digits
-      same = same && total + count(nbins - 1, e) == total0;
+    for (int e = threadIdx.x; e < n; e += BlockThreads) {
+      int total = count(nbins - 1, e);  // the leading digits add theirs as they are packed
+      code[e] = detail::pack_digits<std::uint32_t>(count, e, nbins - 1, bits, &total);
+      same = same && total == total0;
     }
     if (__syncthreads_and(same)) return;  // else the ranks overwrite the codes
   }

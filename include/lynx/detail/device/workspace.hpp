@@ -116,15 +116,20 @@ struct route_workspace {
         grid{grid_words ? c.take<std::uint32_t>(grid_words) : nullptr} {}
   /// What lynx::route carves for a call with p (for the policy it runs: effective_params).
   route_workspace(workspace_carver& c, int num_rows, const route_params& p)
-      : route_workspace(c, num_rows, p.num_experts, p.top_k, effective_params(p).kind == policy::lynx,
-                        effective_params(p).kind == policy::budget, grid_words(p)) {}
-  static std::size_t grid_words(const route_params& p) {
-    return grid_route_tier(effective_params(p)) ? grid_state::size_words(p.num_experts, grid_bins(p)) : 0;
-  }
+      : route_workspace(c, num_rows, effective_params(p), runs{}) {}
+  static std::size_t grid_words(const route_params& p) { return grid_words_of(effective_params(p)); }
   /// The histogram digits the grid path counts (none for the piggyback policy).
-  static int grid_bins(const route_params& p) {
-    return effective_params(p).kind == policy::lynx ? bin_depth(p.beta) + 1 : 0;
+  static int grid_bins(const route_params& p) { return grid_bins_of(effective_params(p)); }
+
+ private:
+  struct runs {};  // q is already effective_params' result
+  route_workspace(workspace_carver& c, int num_rows, const route_params& q, runs)
+      : route_workspace(c, num_rows, q.num_experts, q.top_k, q.kind == policy::lynx, q.kind == policy::budget,
+                        grid_words_of(q)) {}
+  static std::size_t grid_words_of(const route_params& q) {
+    return grid_route_tier(q) ? grid_state::size_words(q.num_experts, grid_bins_of(q)) : 0;
   }
+  static int grid_bins_of(const route_params& q) { return q.kind == policy::lynx ? bin_depth(q.beta) + 1 : 0; }
 };
 
 }  // namespace detail
